@@ -1,0 +1,445 @@
+//! Topology configuration: which master groups vote, how to reach them, and the timing knobs
+//! of the protocol (per-call timeout, clock-drift allowance, retry delay, key prefix).
+//!
+//! The file is TOML; environment variables (`QUORUMLOCK_*`) override it and command-line flags
+//! override both. Every error names the key that is wrong and what was expected, because the
+//! person reading it is usually editing that file right now.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// Default number of milliseconds one call to one group may take before its vote counts as
+/// "timeout" (outcome unknown). Loopback round trips are ~0.03 ms; a WAN hop is ~1-50 ms.
+pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 100;
+/// Default share of the TTL set aside for clock drift between the client and the masters.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// Default base delay between two acquire attempts (jittered by ±50%).
+pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
+/// Default prefix of every key quorumlock writes.
+pub const DEFAULT_KEY_PREFIX: &str = "ql";
+/// Default cap on how long a keepalive may keep renewing one lease.
+pub const DEFAULT_MAX_HOLD_MS: u64 = 3_600_000;
+
+/// The whole topology: N independent master groups plus the protocol's timing knobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Topology {
+    /// Prefix of every key (`<prefix>:{<resource>}:lock`).
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// Bound on one call to one group, in milliseconds.
+    #[serde(default = "default_call_timeout_ms")]
+    pub call_timeout_ms: u64,
+    /// Share of the TTL reserved for clock drift (validity = ttl − elapsed − ttl·drift − 2 ms).
+    #[serde(default = "default_drift_factor")]
+    pub drift_factor: f64,
+    /// Base delay between acquire attempts, in milliseconds (jittered ±50%).
+    #[serde(default = "default_retry_delay_ms")]
+    pub retry_delay_ms: u64,
+    /// Cap on how long a keepalive renews one lease, in milliseconds.
+    #[serde(default = "default_max_hold_ms")]
+    pub max_hold_ms: u64,
+    /// The master groups that vote. Use an odd number (3, 5, 7).
+    pub groups: Vec<GroupConfig>,
+}
+
+/// One master group: either watched by Sentinel (`sentinels` + `service`) or a plain address.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupConfig {
+    /// Name shown in votes, errors and status tables.
+    pub name: String,
+    /// `host:port` of a single master, for groups without Sentinel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// `host:port` of each Sentinel that watches this group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sentinels: Vec<String>,
+    /// The Sentinel service (master) name of this group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Redis ACL username for the master.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// Redis password for the master.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
+    /// ACL username for the Sentinels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_username: Option<String>,
+    /// Password for the Sentinels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_password: Option<String>,
+}
+
+/// How to reach one group, once validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A single master at this host and port.
+    Direct { host: String, port: u16 },
+    /// Ask these Sentinels for the master of `service`.
+    Sentinel {
+        sentinels: Vec<(String, u16)>,
+        service: String,
+    },
+}
+
+/// A configuration problem, with the key it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "cannot read config file {path}: {source}. Pass --config FILE, set QUORUMLOCK_CONFIG, or run `quorumlock lab up` to write one"
+    )]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path} is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+fn default_key_prefix() -> String {
+    DEFAULT_KEY_PREFIX.to_string()
+}
+fn default_call_timeout_ms() -> u64 {
+    DEFAULT_CALL_TIMEOUT_MS
+}
+fn default_drift_factor() -> f64 {
+    DEFAULT_DRIFT_FACTOR
+}
+fn default_retry_delay_ms() -> u64 {
+    DEFAULT_RETRY_DELAY_MS
+}
+fn default_max_hold_ms() -> u64 {
+    DEFAULT_MAX_HOLD_MS
+}
+
+impl Topology {
+    /// A topology with default knobs over the given groups.
+    pub fn new(groups: Vec<GroupConfig>) -> Self {
+        Topology {
+            key_prefix: default_key_prefix(),
+            call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
+            max_hold_ms: DEFAULT_MAX_HOLD_MS,
+            groups,
+        }
+    }
+
+    /// Reads and validates a TOML file, then applies `QUORUMLOCK_*` environment overrides.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut topology = Self::from_toml(&text).map_err(|error| match error {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
+            other => other,
+        })?;
+        topology.apply_overrides(|name| std::env::var(name).ok())?;
+        Ok(topology)
+    }
+
+    /// Parses and validates TOML text (no environment overrides).
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let topology: Topology = toml::from_str(text).map_err(|error| ConfigError::Parse {
+            path: PathBuf::from("<text>"),
+            message: error.to_string(),
+        })?;
+        topology.validate()?;
+        Ok(topology)
+    }
+
+    /// Renders the topology as TOML (used by the lab to write its config file).
+    pub fn to_toml(&self) -> String {
+        // Serialising plain structs of strings and numbers cannot fail.
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Applies overrides read through `lookup` (the environment, in production), then validates.
+    pub fn apply_overrides(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        if let Some(prefix) = lookup("QUORUMLOCK_KEY_PREFIX") {
+            self.key_prefix = prefix;
+        }
+        if let Some(raw) = lookup("QUORUMLOCK_CALL_TIMEOUT_MS") {
+            self.call_timeout_ms = parse_override("QUORUMLOCK_CALL_TIMEOUT_MS", &raw)?;
+        }
+        if let Some(raw) = lookup("QUORUMLOCK_DRIFT_FACTOR") {
+            self.drift_factor = parse_override("QUORUMLOCK_DRIFT_FACTOR", &raw)?;
+        }
+        if let Some(raw) = lookup("QUORUMLOCK_RETRY_DELAY_MS") {
+            self.retry_delay_ms = parse_override("QUORUMLOCK_RETRY_DELAY_MS", &raw)?;
+        }
+        if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
+            self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
+        }
+        self.validate()
+    }
+
+    /// Checks every key; the first problem found is returned with its key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.key_prefix.is_empty() || self.key_prefix.chars().any(char::is_control) {
+            return Err(invalid(
+                "key_prefix",
+                "must be non-empty, without control characters",
+            ));
+        }
+        if !(1..=60_000).contains(&self.call_timeout_ms) {
+            return Err(invalid(
+                "call_timeout_ms",
+                format!(
+                    "must be between 1 and 60000 milliseconds, got {}",
+                    self.call_timeout_ms
+                ),
+            ));
+        }
+        if !(0.0..0.5).contains(&self.drift_factor) {
+            return Err(invalid(
+                "drift_factor",
+                format!(
+                    "must be at least 0 and below 0.5 (a share of the TTL), got {}",
+                    self.drift_factor
+                ),
+            ));
+        }
+        if self.retry_delay_ms > 60_000 {
+            return Err(invalid(
+                "retry_delay_ms",
+                format!(
+                    "must be at most 60000 milliseconds, got {}",
+                    self.retry_delay_ms
+                ),
+            ));
+        }
+        if self.max_hold_ms == 0 {
+            return Err(invalid("max_hold_ms", "must be above 0"));
+        }
+        if self.groups.is_empty() {
+            return Err(invalid(
+                "groups",
+                "at least one [[groups]] entry is needed (five is the usual quorum setup)",
+            ));
+        }
+        let mut names = std::collections::HashSet::new();
+        for (index, group) in self.groups.iter().enumerate() {
+            group.endpoint_at(index)?;
+            if !names.insert(group.name.as_str()) {
+                return Err(invalid(
+                    format!("groups[{index}].name"),
+                    format!("`{}` is used by two groups; names must be unique", group.name),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Votes needed for a majority: N/2 + 1.
+    pub fn quorum(&self) -> usize {
+        self.groups.len() / 2 + 1
+    }
+
+    /// Per-call timeout as a duration.
+    pub fn call_timeout(&self) -> Duration {
+        Duration::from_millis(self.call_timeout_ms)
+    }
+
+    /// Base retry delay as a duration.
+    pub fn retry_delay(&self) -> Duration {
+        Duration::from_millis(self.retry_delay_ms)
+    }
+
+    /// Keepalive cap as a duration.
+    pub fn max_hold(&self) -> Duration {
+        Duration::from_millis(self.max_hold_ms)
+    }
+}
+
+fn parse_override<T: std::str::FromStr>(name: &str, raw: &str) -> Result<T, ConfigError> {
+    raw.trim()
+        .parse()
+        .map_err(|_| invalid(name, format!("`{raw}` is not a valid number")))
+}
+
+impl GroupConfig {
+    /// A group reached through Sentinel.
+    pub fn sentinel(name: &str, sentinels: Vec<String>, service: &str) -> Self {
+        GroupConfig {
+            name: name.to_string(),
+            sentinels,
+            service: Some(service.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// A group that is one plain master.
+    pub fn direct(name: &str, address: &str) -> Self {
+        GroupConfig {
+            name: name.to_string(),
+            address: Some(address.to_string()),
+            ..Default::default()
+        }
+    }
+
+    /// The validated endpoint; `index` is this group's position, used to name keys in errors.
+    pub fn endpoint_at(&self, index: usize) -> Result<Endpoint, ConfigError> {
+        let key = |field: &str| format!("groups[{index}].{field}");
+        if self.name.is_empty() || self.name.chars().any(char::is_control) {
+            return Err(invalid(
+                key("name"),
+                "must be non-empty, without control characters",
+            ));
+        }
+        match (&self.address, self.sentinels.is_empty(), &self.service) {
+            (Some(address), true, None) => {
+                let (host, port) = parse_address(address).map_err(|m| invalid(key("address"), m))?;
+                Ok(Endpoint::Direct { host, port })
+            }
+            (None, false, Some(service)) if !service.is_empty() => {
+                let sentinels = self
+                    .sentinels
+                    .iter()
+                    .enumerate()
+                    .map(|(i, s)| parse_address(s).map_err(|m| invalid(key(&format!("sentinels[{i}]")), m)))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Endpoint::Sentinel {
+                    sentinels,
+                    service: service.clone(),
+                })
+            }
+            (Some(_), _, _) => Err(invalid(
+                key("address"),
+                "give either `address` (a plain master) or `sentinels` + `service`, not both",
+            )),
+            (None, true, _) => Err(invalid(
+                key("sentinels"),
+                "each group needs `address = \"host:port\"` or `sentinels = [\"host:port\", ...]` with `service`",
+            )),
+            (None, false, _) => Err(invalid(
+                key("service"),
+                "a Sentinel-watched group needs the `service` (master) name its Sentinels monitor",
+            )),
+        }
+    }
+}
+
+/// Parses `host:port` (IPv6 as `[::1]:6379`).
+fn parse_address(address: &str) -> Result<(String, u16), String> {
+    let (host, port) = address
+        .rsplit_once(':')
+        .ok_or_else(|| format!("`{address}` must be host:port"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Err(format!("`{address}` has no host; expected host:port"));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("`{address}` has no valid port (1-65535); expected host:port"))?;
+    if port == 0 {
+        return Err(format!("`{address}` has port 0; expected 1-65535"));
+    }
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FIVE: &str = r#"
+        call_timeout_ms = 50
+        [[groups]]
+        name = "g1"
+        sentinels = ["127.0.0.1:26379", "127.0.0.1:26380"]
+        service = "g1"
+        [[groups]]
+        name = "g2"
+        address = "127.0.0.1:6380"
+    "#;
+
+    #[test]
+    fn parses_both_kinds_of_group() {
+        let topology = Topology::from_toml(FIVE).expect("valid");
+        assert_eq!(topology.call_timeout_ms, 50);
+        assert_eq!(topology.key_prefix, DEFAULT_KEY_PREFIX);
+        assert_eq!(
+            topology.groups[1].endpoint_at(1).expect("endpoint"),
+            Endpoint::Direct {
+                host: "127.0.0.1".into(),
+                port: 6380
+            }
+        );
+        assert!(matches!(
+            topology.groups[0].endpoint_at(0),
+            Ok(Endpoint::Sentinel { ref sentinels, .. }) if sentinels.len() == 2
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            (
+                "call_timeout_ms = \"fast\"\ngroups = []",
+                "call_timeout_ms",
+            ),
+            ("typo_key = 1\ngroups = []", "typo_key"),
+            ("groups = []", "groups"),
+            (
+                "[[groups]]\nname = \"a\"\naddress = \"nohost\"",
+                "groups[0].address",
+            ),
+            (
+                "[[groups]]\nname = \"a\"\nsentinels = [\"127.0.0.1:1\"]",
+                "groups[0].service",
+            ),
+            (
+                "[[groups]]\nname = \"a\"\naddress = \"h:1\"\n[[groups]]\nname = \"a\"\naddress = \"h:2\"",
+                "groups[1].name",
+            ),
+            (
+                "drift_factor = 0.9\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
+                "drift_factor",
+            ),
+        ];
+        for (text, key) in cases {
+            let message = Topology::from_toml(text).expect_err(text).to_string();
+            assert!(message.contains(key), "{message:?} should name {key}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let mut topology = Topology::from_toml(FIVE).expect("valid");
+        topology
+            .apply_overrides(|name| (name == "QUORUMLOCK_CALL_TIMEOUT_MS").then(|| "75".into()))
+            .expect("override");
+        assert_eq!(topology.call_timeout_ms, 75);
+        let error = topology
+            .apply_overrides(|name| (name == "QUORUMLOCK_DRIFT_FACTOR").then(|| "x".into()))
+            .expect_err("not a number");
+        assert!(error.to_string().contains("QUORUMLOCK_DRIFT_FACTOR"));
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let topology = Topology::from_toml(FIVE).expect("valid");
+        assert_eq!(Topology::from_toml(&topology.to_toml()).expect("again"), topology);
+    }
+}

@@ -1,0 +1,1 @@
+//! Local lab topology (being written).
