@@ -1,10 +1,49 @@
 //! quorumlock: majority-backed distributed locks over independent Redis master groups.
 //!
+//! A lock is granted only when a majority of N (usually five) independent Redis master
+//! groups agree, each group a master with replicas watched by Sentinel. Every lease carries a
+//! fencing token that grows from one holder to the next, so storage that checks it rejects
+//! writes from a holder whose lease ran out while it was paused.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use quorumlock::{Locks, Topology};
+//! let locks = Locks::connect(Topology::from_file("quorumlock.toml")?).await?;
+//! let lease = locks.acquire("db:migrations").ttl(Duration::from_secs(15))
+//!     .wait(Duration::from_secs(10)).owner("agent-7").purpose("apply migration 42").await?;
+//! println!("write with fencing token {}", lease.fencing_token());
+//! lease.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! Layout:
 //! - [`config`]: the topology file (groups, Sentinels, timeouts, drift) and its validation.
-//! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels on loopback.
+//! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
+//! - `scripts`: the `lua/` files, compiled in and named once.
+//! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
+//! - [`lock`]: acquire / extend / release with validity and fencing.
+//! - [`lease`]: the acquire builder, leases, keepalive.
+//! - [`inspect`]: one lock as each group sees it; group health.
+//! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
+//! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
 
+pub mod bench;
+pub mod checker;
 pub mod config;
+pub mod error;
+mod group;
+pub mod inspect;
 pub mod lab;
+pub mod lease;
+pub mod lock;
+mod quorum;
+pub mod resource;
+mod scripts;
 
 pub use config::{ConfigError, GroupConfig, Topology};
+pub use error::{Error, Holder};
+pub use inspect::{GroupHealth, GroupView, Health, LockStatus};
+pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
+pub use lock::{AcquireOptions, Extended, Locks, Released};
+pub use quorum::{GroupVote, Vote};

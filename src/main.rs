@@ -1,1 +1,5 @@
-fn main() {}
+//! The `quorumlock` command: everything is in the library's `cli` module.
+
+fn main() -> std::process::ExitCode {
+    quorumlock::cli::main()
+}

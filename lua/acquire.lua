@@ -1,0 +1,23 @@
+-- Grant the lock on this group when it is free (or already ours) and our fencing proposal is
+-- above the highest fence this group has committed.
+-- KEYS: lock, fence, owner   ARGV: token, ttl_ms, fence proposal, owner metadata (JSON)
+-- Returns {1} granted | {0, pttl_ms, metadata} held by another token | {2, stored_fence}
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or ''}
+end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local proposal = tonumber(ARGV[3])
+-- A retried delivery of this very grant finds its own token and fence: answer it again.
+if holder == ARGV[1] and stored == proposal then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
+  return {1}
+end
+if stored >= proposal then
+  return {2, redis.call('GET', KEYS[2])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])
+return {1}

@@ -1,0 +1,258 @@
+//! The engine benchmark behind `quorumlock bench`: acquire latency, lock+release cycles per
+//! second at several concurrencies on distinct resources, and contended acquisitions per
+//! second on one resource with an overlap check.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use crate::checker::{Checker, Hold};
+use crate::error::Error;
+use crate::lock::Locks;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Sequential acquire+release cycles measured for the latency figures.
+    pub samples: usize,
+    /// Concurrencies for the throughput phase (each task on its own resource).
+    pub concurrency: Vec<usize>,
+    /// Length of each throughput and contention phase.
+    pub phase: Duration,
+    /// Workers contending for one resource in the contention phase.
+    pub contenders: usize,
+    /// How long a contender holds the lock.
+    pub hold: Duration,
+    /// TTL of every benchmark lease.
+    pub ttl: Duration,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            samples: 2000,
+            concurrency: vec![1, 64],
+            phase: Duration::from_secs(3),
+            contenders: 16,
+            hold: Duration::from_millis(1),
+            ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Percentiles of one latency distribution, in milliseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Latency {
+    pub samples: u64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    pub max_ms: f64,
+}
+
+/// Cycles per second at one concurrency.
+#[derive(Debug, Clone, Serialize)]
+pub struct Throughput {
+    pub concurrency: usize,
+    pub cycles: u64,
+    pub cycles_per_sec: f64,
+    pub errors: u64,
+}
+
+/// The contention phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct Contention {
+    pub workers: usize,
+    pub acquisitions: u64,
+    pub acquisitions_per_sec: f64,
+    pub overlaps: usize,
+    pub fencing_regressions: usize,
+    /// Longest time one worker waited for one acquisition.
+    pub max_wait_ms: f64,
+}
+
+/// Every figure of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub groups: usize,
+    pub acquire: Latency,
+    pub release: Latency,
+    pub throughput: Vec<Throughput>,
+    pub contention: Contention,
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("1 µs..60 s at 3 digits are valid constant bounds")
+}
+
+fn latency(histogram: &Histogram<u64>) -> Latency {
+    let ms = |micros: u64| micros as f64 / 1000.0;
+    Latency {
+        samples: histogram.len(),
+        p50_ms: ms(histogram.value_at_quantile(0.50)),
+        p90_ms: ms(histogram.value_at_quantile(0.90)),
+        p99_ms: ms(histogram.value_at_quantile(0.99)),
+        p999_ms: ms(histogram.value_at_quantile(0.999)),
+        max_ms: ms(histogram.max()),
+    }
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Runs every phase; `progress` is told the name of each phase as it starts.
+pub async fn run(locks: &Locks, options: &BenchOptions, progress: impl Fn(&str)) -> Result<BenchReport, Error> {
+    let run_id = uuid::Uuid::new_v4().simple().to_string();
+    progress("sequential acquire latency");
+    let (acquire, release) = sequential(locks, options, &format!("bench:{run_id}:seq")).await?;
+    let mut throughput = Vec::new();
+    for &concurrency in &options.concurrency {
+        progress(&format!("cycles/s at concurrency {concurrency}"));
+        throughput.push(cycles(locks, options, concurrency, &format!("bench:{run_id}:c{concurrency}")).await);
+    }
+    progress(&format!("contention: {} workers, one resource", options.contenders));
+    let contention = contend(locks, options, &format!("bench:{run_id}:contended")).await;
+    Ok(BenchReport {
+        groups: locks.topology().groups.len(),
+        acquire,
+        release,
+        throughput,
+        contention,
+    })
+}
+
+async fn sequential(locks: &Locks, options: &BenchOptions, resource: &str) -> Result<(Latency, Latency), Error> {
+    let (mut acquired, mut released) = (histogram(), histogram());
+    for _ in 0..options.samples {
+        let started = Instant::now();
+        let lease = locks.acquire(resource).ttl(options.ttl).await?;
+        acquired.saturating_record(micros(started.elapsed()));
+        let started = Instant::now();
+        lease.release().await?;
+        released.saturating_record(micros(started.elapsed()));
+    }
+    Ok((latency(&acquired), latency(&released)))
+}
+
+async fn cycles(locks: &Locks, options: &BenchOptions, concurrency: usize, prefix: &str) -> Throughput {
+    let deadline = Instant::now() + options.phase;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..concurrency)
+        .map(|task| {
+            let (locks, resource, ttl) = (locks.clone(), format!("{prefix}:{task}"), options.ttl);
+            tokio::spawn(async move {
+                let (mut done, mut errors) = (0u64, 0u64);
+                while Instant::now() < deadline {
+                    match locks.acquire(resource.as_str()).ttl(ttl).await {
+                        Ok(lease) => match lease.release().await {
+                            Ok(_) => done += 1,
+                            Err(_) => errors += 1,
+                        },
+                        Err(_) => errors += 1,
+                    }
+                }
+                (done, errors)
+            })
+        })
+        .collect();
+    let (mut cycles, mut errors) = (0, 0);
+    for task in tasks {
+        if let Ok((done, failed)) = task.await {
+            cycles += done;
+            errors += failed;
+        }
+    }
+    Throughput {
+        concurrency,
+        cycles,
+        cycles_per_sec: cycles as f64 / started.elapsed().as_secs_f64(),
+        errors,
+    }
+}
+
+async fn contend(locks: &Locks, options: &BenchOptions, resource: &str) -> Contention {
+    let checker = Arc::new(Checker::new());
+    let max_wait = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + options.phase;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..options.contenders)
+        .map(|_| {
+            let (locks, checker, max_wait) = (locks.clone(), checker.clone(), max_wait.clone());
+            let (resource, ttl, hold) = (resource.to_string(), options.ttl, options.hold);
+            tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    let asked = Instant::now();
+                    let wait = deadline.saturating_duration_since(asked);
+                    match locks.acquire(resource.as_str()).ttl(ttl).wait(wait).await {
+                        Ok(lease) => {
+                            let acquired_at = Instant::now();
+                            max_wait.fetch_max(micros(acquired_at - asked), Ordering::Relaxed);
+                            tokio::time::sleep(hold).await;
+                            let released_at = Instant::now();
+                            checker.record(Hold {
+                                resource: resource.clone(),
+                                fencing_token: lease.fencing_token(),
+                                acquired_at,
+                                valid_until: lease.valid_until(),
+                                released_at,
+                            });
+                            let _ = lease.release().await;
+                        }
+                        Err(Error::Held { .. }) => {}
+                        Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+    let verdict = checker.verdict();
+    Contention {
+        workers: options.contenders,
+        acquisitions: verdict.holds as u64,
+        acquisitions_per_sec: verdict.holds as f64 / started.elapsed().as_secs_f64(),
+        overlaps: verdict.overlaps,
+        fencing_regressions: verdict.fencing_regressions,
+        max_wait_ms: max_wait.load(Ordering::Relaxed) as f64 / 1000.0,
+    }
+}
+
+impl BenchReport {
+    /// A human-readable table.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let row = |name: &str, l: &Latency| {
+            format!(
+                "{name:<10} {:>8} {:>9.3} {:>9.3} {:>9.3} {:>9.3} {:>9.3}\n",
+                l.samples, l.p50_ms, l.p90_ms, l.p99_ms, l.p999_ms, l.max_ms
+            )
+        };
+        out.push_str(&format!("quorum over {} groups\n\n", self.groups));
+        out.push_str(&format!(
+            "{:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+            "latency", "samples", "p50 ms", "p90 ms", "p99 ms", "p99.9 ms", "max ms"
+        ));
+        out.push_str(&row("acquire", &self.acquire));
+        out.push_str(&row("release", &self.release));
+        out.push_str(&format!("\n{:<12} {:>10} {:>12} {:>8}\n", "concurrency", "cycles", "cycles/s", "errors"));
+        for t in &self.throughput {
+            out.push_str(&format!(
+                "{:<12} {:>10} {:>12.0} {:>8}\n",
+                t.concurrency, t.cycles, t.cycles_per_sec, t.errors
+            ));
+        }
+        let c = &self.contention;
+        out.push_str(&format!(
+            "\ncontended: {} workers on one resource: {} acquisitions, {:.0}/s, max wait {:.1} ms, overlaps {}, fencing regressions {}\n",
+            c.workers, c.acquisitions, c.acquisitions_per_sec, c.max_wait_ms, c.overlaps, c.fencing_regressions
+        ));
+        out
+    }
+}

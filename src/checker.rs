@@ -1,0 +1,126 @@
+//! The safety checker: every holder reports what it held and when, and the checker proves
+//! that no two holders of one resource overlapped and no fencing token went backwards.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// One completed hold of a resource, as its holder saw it.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    pub resource: String,
+    pub fencing_token: u64,
+    /// When the acquire call returned the lease.
+    pub acquired_at: Instant,
+    /// When the lease stopped being valid, per the engine.
+    pub valid_until: Instant,
+    /// When the holder stopped using it (released or gave up).
+    pub released_at: Instant,
+}
+
+impl Hold {
+    /// The stretch of time in which the holder relied on the lock.
+    fn relied_until(&self) -> Instant {
+        self.released_at.min(self.valid_until)
+    }
+}
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Verdict {
+    pub holds: usize,
+    /// Pairs of holds of one resource whose relied-on intervals intersect.
+    pub overlaps: usize,
+    /// Holds that were granted after another one of the same resource, yet carry a smaller or
+    /// equal fencing token.
+    pub fencing_regressions: usize,
+}
+
+impl Verdict {
+    pub fn is_safe(&self) -> bool {
+        self.overlaps == 0 && self.fencing_regressions == 0
+    }
+}
+
+/// Collects holds from many workers; cheap to share behind an `Arc`.
+#[derive(Debug, Default)]
+pub struct Checker {
+    holds: Mutex<Vec<Hold>>,
+}
+
+impl Checker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn record(&self, hold: Hold) {
+        if let Ok(mut holds) = self.holds.lock() {
+            holds.push(hold);
+        }
+    }
+
+    pub fn holds(&self) -> Vec<Hold> {
+        self.holds.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// Checks every resource's holds in the order they were granted.
+    pub fn verdict(&self) -> Verdict {
+        let holds = self.holds();
+        let mut by_resource: HashMap<&str, Vec<&Hold>> = HashMap::new();
+        for hold in &holds {
+            by_resource.entry(hold.resource.as_str()).or_default().push(hold);
+        }
+        let mut verdict = Verdict {
+            holds: holds.len(),
+            ..Verdict::default()
+        };
+        for list in by_resource.values_mut() {
+            list.sort_by_key(|h| h.acquired_at);
+            for (index, earlier) in list.iter().enumerate() {
+                for later in &list[index + 1..] {
+                    if later.acquired_at >= earlier.relied_until() {
+                        break;
+                    }
+                    verdict.overlaps += 1;
+                }
+            }
+            verdict.fencing_regressions += list
+                .windows(2)
+                .filter(|pair| pair[1].fencing_token <= pair[0].fencing_token)
+                .count();
+        }
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn hold(start: u64, end: u64, fence: u64, base: Instant) -> Hold {
+        Hold {
+            resource: "r".into(),
+            fencing_token: fence,
+            acquired_at: base + Duration::from_millis(start),
+            valid_until: base + Duration::from_millis(end + 100),
+            released_at: base + Duration::from_millis(end),
+        }
+    }
+
+    #[test]
+    fn finds_overlaps_and_regressions() {
+        let base = Instant::now();
+        let checker = Checker::new();
+        checker.record(hold(0, 10, 1, base));
+        checker.record(hold(10, 20, 2, base));
+        assert!(checker.verdict().is_safe());
+        checker.record(hold(15, 30, 3, base));
+        checker.record(hold(40, 50, 2, base));
+        let verdict = checker.verdict();
+        assert_eq!(verdict.overlaps, 1);
+        assert_eq!(verdict.fencing_regressions, 1);
+    }
+}

@@ -1,0 +1,190 @@
+//! `quorumlock demo`: the five-minute tour. Starts a lab, lets workers contend for a few
+//! resources, kills one master halfway, and prints what happened and whether it was safe.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use rand::Rng;
+
+use super::exit;
+use crate::checker::{Checker, Hold};
+use crate::error::Error;
+use crate::lab::{Lab, LabSpec};
+use crate::lock::Locks;
+use crate::quorum::Vote;
+
+/// Group whose master the demo kills (0-based: g2).
+const VICTIM: usize = 1;
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// How long the workers run, in seconds.
+    #[arg(long, default_value_t = 20)]
+    duration: u64,
+    /// Number of contending workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Number of resources they contend for.
+    #[arg(long, default_value_t = 3)]
+    resources: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    acquired: AtomicU64,
+    held_elsewhere: AtomicU64,
+    unavailable: AtomicU64,
+    /// Milliseconds after the start when the victim group first granted again after the kill.
+    victim_back_at_ms: AtomicU64,
+}
+
+pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
+    if args.workers == 0 || args.resources == 0 || args.duration == 0 {
+        anyhow::bail!("--workers, --resources and --duration must be above 0");
+    }
+    let dir = tempfile::tempdir()?;
+    println!("starting a lab: 5 groups (master + replica), 3 Sentinels, on 127.0.0.1 ...");
+    let lab = Lab::start(LabSpec::new(dir.path())).await?;
+    let outcome = tokio::select! {
+        outcome = contend(args, lab) => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            // The lab is dropped with the cancelled future, which stops its processes.
+            println!("interrupted: lab stopped");
+            return Ok(exit::FAILURE);
+        }
+    };
+    outcome
+}
+
+async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
+    let locks = Locks::connect(lab.topology()).await?;
+    let checker = Arc::new(Checker::new());
+    let counters = Arc::new(Counters::default());
+    let start = Instant::now();
+    let duration = Duration::from_secs(args.duration);
+    let deadline = start + duration;
+    println!(
+        "{} workers contend for {} resources for {} s; the master of g{} dies halfway",
+        args.workers,
+        args.resources,
+        args.duration,
+        VICTIM + 1
+    );
+    let killed_at_ms = Arc::new(AtomicU64::new(u64::MAX));
+    let workers: Vec<_> = (0..args.workers)
+        .map(|worker| {
+            let context = (locks.clone(), checker.clone(), counters.clone(), killed_at_ms.clone());
+            tokio::spawn(work(worker, args.resources, deadline, start, context))
+        })
+        .collect();
+
+    tokio::time::sleep(duration / 2).await;
+    let victim = lab.kill(VICTIM).await?;
+    let kill_ms = start.elapsed().as_millis() as u64;
+    killed_at_ms.store(kill_ms, Ordering::SeqCst);
+    println!(
+        "t={:>5.1}s  killed the master of g{} (pid {}, port {})",
+        kill_ms as f64 / 1000.0,
+        VICTIM + 1,
+        victim.pid,
+        victim.port
+    );
+    let promoted = watch_failover(&lab, victim.port, start, deadline).await;
+    match &promoted {
+        Some((port, at)) => println!(
+            "t={:>5.1}s  Sentinel promoted the replica on port {port} ({} ms after the kill)",
+            at.as_secs_f64(),
+            at.as_millis() as u64 - kill_ms
+        ),
+        None => println!("           no failover seen before the end of the run"),
+    }
+    for worker in workers {
+        worker.await?;
+    }
+    locks.close().await;
+    let verdict = checker.verdict();
+    let back = counters.victim_back_at_ms.load(Ordering::SeqCst);
+    println!("\nsummary");
+    println!("  acquisitions              {}", verdict.holds);
+    println!("  denied (held by another)  {}", counters.held_elsewhere.load(Ordering::SeqCst));
+    println!("  quorum unavailable        {}", counters.unavailable.load(Ordering::SeqCst));
+    if back != 0 {
+        println!("  g{} voting again          {} ms after the kill", VICTIM + 1, back - kill_ms);
+    }
+    println!(
+        "  fencing tokens monotonic  {}",
+        if verdict.fencing_regressions == 0 { "yes".to_string() } else { format!("NO ({} regressions)", verdict.fencing_regressions) }
+    );
+    println!("  overlapping holders       {}", verdict.overlaps);
+    lab.stop().await?;
+    println!("lab stopped");
+    if verdict.is_safe() && verdict.holds > 0 {
+        Ok(exit::OK)
+    } else {
+        println!("SAFETY CHECK FAILED");
+        Ok(exit::FAILURE)
+    }
+}
+
+async fn work(
+    worker: usize,
+    resources: usize,
+    deadline: Instant,
+    start: Instant,
+    (locks, checker, counters, killed_at_ms): (Locks, Arc<Checker>, Arc<Counters>, Arc<AtomicU64>),
+) {
+    let owner = format!("worker-{worker}");
+    while Instant::now() < deadline {
+        let resource = format!("demo:{}", rand::thread_rng().gen_range(0..resources));
+        let result = locks
+            .acquire(resource.as_str())
+            .ttl(Duration::from_secs(2))
+            .wait(Duration::from_millis(500))
+            .owner(owner.as_str())
+            .purpose("demo")
+            .await;
+        match result {
+            Ok(lease) => {
+                let acquired_at = Instant::now();
+                let now_ms = start.elapsed().as_millis() as u64;
+                if now_ms > killed_at_ms.load(Ordering::SeqCst)
+                    && lease.votes().get(VICTIM).is_some_and(|v| v.vote == Vote::Granted)
+                {
+                    let _ = counters.victim_back_at_ms.compare_exchange(0, now_ms, Ordering::SeqCst, Ordering::SeqCst);
+                }
+                let work = Duration::from_millis(rand::thread_rng().gen_range(2..10));
+                tokio::time::sleep(work).await;
+                checker.record(Hold {
+                    resource,
+                    fencing_token: lease.fencing_token(),
+                    acquired_at,
+                    valid_until: lease.valid_until(),
+                    released_at: Instant::now(),
+                });
+                counters.acquired.fetch_add(1, Ordering::Relaxed);
+                let _ = lease.release().await;
+            }
+            Err(Error::Held { .. }) => {
+                counters.held_elsewhere.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                counters.unavailable.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Asks the Sentinels for the victim group's master until it is no longer the killed one.
+async fn watch_failover(lab: &Lab, killed_port: u16, start: Instant, deadline: Instant) -> Option<(u16, Duration)> {
+    while Instant::now() < deadline {
+        if let Ok(node) = lab.master_of(VICTIM).await {
+            if node.port != killed_port {
+                return Some((node.port, start.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}

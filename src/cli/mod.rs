@@ -1,0 +1,152 @@
+//! The `quorumlock` command line: argument parsing, topology lookup, exit codes, and one
+//! module per command family. `main.rs` only calls [`main`].
+
+mod bench;
+mod demo;
+pub mod lab;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Topology;
+use crate::error::Error;
+use crate::lab::Lab;
+
+/// Exit codes, documented in `--help` and the README.
+pub mod exit {
+    /// Success.
+    pub const OK: u8 = 0;
+    /// The lock is held by someone else, or a token does not hold it.
+    pub const DENIED: u8 = 1;
+    /// Bad arguments or configuration.
+    pub const USAGE: u8 = 2;
+    /// Not enough groups answered.
+    pub const UNAVAILABLE: u8 = 3;
+    /// Anything else (I/O, lab processes, a failed safety check).
+    pub const FAILURE: u8 = 4;
+}
+
+const AFTER_HELP: &str = "Examples:
+  quorumlock demo                 # start a local lab, run contending workers, kill a master, check safety
+  quorumlock lab up               # start a local lab and keep it running
+  quorumlock --lab bench          # benchmark against the running lab
+
+Exit codes: 0 ok, 1 held or denied, 2 usage or configuration, 3 quorum unavailable, 4 other failure.";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "quorumlock",
+    version,
+    about = "Majority-backed distributed locks over independent Redis Sentinel groups",
+    after_help = AFTER_HELP
+)]
+pub struct Cli {
+    /// Topology file (TOML). Default: ./quorumlock.toml, else the running lab's config.
+    #[arg(long, global = true, env = "QUORUMLOCK_CONFIG")]
+    config: Option<PathBuf>,
+    /// Use the config of the lab running in --lab-dir.
+    #[arg(long, global = true, conflicts_with = "config")]
+    lab: bool,
+    /// Where `lab up` keeps its processes' files and config.
+    #[arg(long, global = true, env = "QUORUMLOCK_LAB_DIR", default_value = ".quorumlock/lab")]
+    lab_dir: PathBuf,
+    /// Override the per-call timeout of the topology, in milliseconds.
+    #[arg(long, global = true)]
+    call_timeout_ms: Option<u64>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a local topology of real redis-server masters, replicas and Sentinels.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
+    /// Start a lab, let workers contend while a master is killed, print a safety summary.
+    Demo(demo::DemoArgs),
+    /// Measure acquire latency and lock throughput against a topology.
+    Bench(bench::BenchArgs),
+}
+
+/// Parses arguments, runs the command, and maps its outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(exit_code(&error))
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // Logs go to stderr so that stdout stays machine-readable (tables, JSON, MCP on stdio).
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    match &cli.command {
+        Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir).await.map(|()| exit::OK),
+        Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args, &cli).await,
+    }
+}
+
+/// Maps an error to the documented exit code.
+fn exit_code(error: &anyhow::Error) -> u8 {
+    match error.downcast_ref::<Error>() {
+        Some(Error::Held { .. } | Error::NotHeld { .. }) => exit::DENIED,
+        Some(Error::Unavailable { .. } | Error::Expired { .. }) => exit::UNAVAILABLE,
+        Some(Error::InvalidInput { .. } | Error::Config(_)) => exit::USAGE,
+        Some(Error::Setup { .. }) => exit::FAILURE,
+        None if error.downcast_ref::<crate::config::ConfigError>().is_some() => exit::USAGE,
+        None => exit::FAILURE,
+    }
+}
+
+impl Cli {
+    /// The topology for commands that talk to groups: --config, --lab, ./quorumlock.toml,
+    /// or the running lab, in that order; then --call-timeout-ms.
+    fn topology(&self) -> anyhow::Result<Option<Topology>> {
+        let path = if let Some(path) = &self.config {
+            Some(path.clone())
+        } else if self.lab {
+            Some(Lab::open(&self.lab_dir)?.config_path())
+        } else if Path::new("quorumlock.toml").exists() {
+            Some(PathBuf::from("quorumlock.toml"))
+        } else {
+            Lab::open(&self.lab_dir).ok().map(|lab| lab.config_path())
+        };
+        let Some(path) = path else { return Ok(None) };
+        let mut topology = Topology::from_file(&path)?;
+        if let Some(timeout) = self.call_timeout_ms {
+            topology.call_timeout_ms = timeout;
+            topology.validate()?;
+        }
+        Ok(Some(topology))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

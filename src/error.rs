@@ -1,0 +1,133 @@
+//! The library's error type: every failure says what happened and what to do next.
+
+use crate::config::ConfigError;
+use crate::quorum::{GroupVote, Vote, failed_group_names};
+
+/// Who holds a lock, as far as the groups told us.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Holder {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// Time left on the holder's lease, in milliseconds (as seen by one group).
+    pub remaining_ms: u64,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.owner.as_deref().unwrap_or("an unnamed owner"))?;
+        if let Some(purpose) = &self.purpose {
+            write!(f, " ({purpose})")?;
+        }
+        write!(f, " for another {} ms", self.remaining_ms)
+    }
+}
+
+/// Everything that can go wrong in quorumlock.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A caller-supplied value is out of bounds; `field` names it.
+    #[error("invalid {field}: {reason}")]
+    InvalidInput { field: &'static str, reason: String },
+
+    /// Someone else holds the lock and `wait` ran out.
+    #[error("`{resource}` is held by {}; wait for it, or retry later", holder.as_ref().map_or_else(|| "another holder".to_string(), Holder::to_string))]
+    Held {
+        resource: String,
+        holder: Option<Holder>,
+        votes: Vec<GroupVote>,
+    },
+
+    /// Not enough groups answered to decide: the infrastructure failed, not the contention.
+    #[error(
+        "no quorum for `{resource}`: {needed} of {total} groups must answer, but these failed: {}. Check them with `quorumlock health`; the lock was not taken",
+        failed_group_names(votes).join(", ")
+    )]
+    Unavailable {
+        resource: String,
+        needed: usize,
+        total: usize,
+        votes: Vec<GroupVote>,
+    },
+
+    /// A majority granted, but too late: the time left was used up by the round trips.
+    #[error(
+        "acquiring `{resource}` took {elapsed_ms} ms, longer than its TTL minus the drift allowance; the grants were rolled back. Use a longer ttl, or a shorter call timeout"
+    )]
+    Expired {
+        resource: String,
+        elapsed_ms: u64,
+        votes: Vec<GroupVote>,
+    },
+
+    /// The token no longer holds the lock on a majority (it expired, was released, or the
+    /// lock was force-released).
+    #[error(
+        "the lease on `{resource}` is not held by this token on a majority of groups (expired or released); acquire it again"
+    )]
+    NotHeld {
+        resource: String,
+        votes: Vec<GroupVote>,
+    },
+
+    /// The topology configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    /// A group's client could not be set up (not a network failure: those are votes).
+    #[error("cannot set up group {group}: {message}")]
+    Setup { group: String, message: String },
+}
+
+impl Error {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// Every group's vote behind this error, when there was a vote.
+    pub fn votes(&self) -> &[GroupVote] {
+        match self {
+            Error::Held { votes, .. }
+            | Error::Unavailable { votes, .. }
+            | Error::Expired { votes, .. }
+            | Error::NotHeld { votes, .. } => votes,
+            _ => &[],
+        }
+    }
+
+    /// True when the failure comes from the infrastructure (too few groups answered).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable { .. })
+    }
+}
+
+/// Picks the holder named by the most `Held` votes.
+pub(crate) fn majority_holder(votes: &[GroupVote]) -> Option<Holder> {
+    let mut best: Option<(usize, Holder)> = None;
+    for vote in votes {
+        if let Vote::Held {
+            owner,
+            purpose,
+            remaining_ms,
+        } = &vote.vote
+        {
+            let holder = Holder {
+                owner: owner.clone(),
+                purpose: purpose.clone(),
+                remaining_ms: *remaining_ms,
+            };
+            let same = votes
+                .iter()
+                .filter(|other| matches!(&other.vote, Vote::Held { owner: o, purpose: p, .. } if o == owner && p == purpose))
+                .count();
+            if best.as_ref().is_none_or(|(count, _)| same > *count) {
+                best = Some((same, holder));
+            }
+        }
+    }
+    best.map(|(_, holder)| holder)
+}

@@ -1,0 +1,139 @@
+//! One master group: its fred client (found through Sentinel, or a plain address), the
+//! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
+//! by SHA with a transparent reload on NOSCRIPT.
+
+use std::time::Duration;
+
+use fred::clients::WithOptions;
+use fred::error::ErrorKind;
+use fred::prelude::*;
+use fred::types::config::{Server, UnresponsiveConfig};
+use fred::types::scripts::Script;
+use fred::types::{FromValue, Key};
+
+use crate::config::{Endpoint, GroupConfig, Topology};
+use crate::error::Error;
+use crate::quorum::Reply;
+
+/// Pause between reconnect attempts; short, because Sentinel fails over in about a second.
+const RECONNECT_DELAY_MS: u32 = 100;
+/// How long the first connection may take before the group starts out as "down".
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// One Redis master group that votes.
+pub(crate) struct Group {
+    /// The group's name, as written in votes and errors.
+    pub name: String,
+    client: Client,
+    /// The same client with the per-call timeout and fail-fast applied to every command.
+    timed: WithOptions<Client>,
+}
+
+impl Group {
+    /// Builds the client and starts connecting. A group that is down now is not an error:
+    /// it reconnects in the background and votes "error" until it is back.
+    pub async fn connect(index: usize, config: &GroupConfig, topology: &Topology) -> Result<Self, Error> {
+        let endpoint = config.endpoint_at(index)?;
+        let server = match endpoint {
+            Endpoint::Direct { host, port } => ServerConfig::new_centralized(host, port),
+            Endpoint::Sentinel { sentinels, service } => ServerConfig::Sentinel {
+                hosts: sentinels
+                    .into_iter()
+                    .map(|(host, port)| Server::new(host, port))
+                    .collect(),
+                service_name: service,
+                username: config.sentinel_username.clone(),
+                password: config.sentinel_password.clone(),
+            },
+        };
+        let call_timeout = topology.call_timeout();
+        let fred_config = Config {
+            server,
+            username: config.username.clone(),
+            password: config.password.clone(),
+            fail_fast: true,
+            ..Default::default()
+        };
+        let client = Builder::from_config(fred_config)
+            .with_connection_config(|connection| {
+                connection.connection_timeout = CONNECT_TIMEOUT;
+                connection.internal_command_timeout = CONNECT_TIMEOUT;
+                // A retried lock call could land twice; the engine retries by itself instead.
+                connection.max_command_attempts = 1;
+                // A frozen master keeps its socket open: drop it so Sentinel's new master is found.
+                connection.unresponsive = UnresponsiveConfig {
+                    max_timeout: Some((call_timeout * 4).max(Duration::from_millis(500))),
+                    interval: Duration::from_millis(100),
+                };
+                connection.tcp.nodelay = Some(true);
+            })
+            .with_performance_config(|performance| {
+                performance.default_command_timeout = call_timeout;
+            })
+            .set_policy(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS))
+            .build()
+            .map_err(|error| Error::Setup {
+                group: config.name.clone(),
+                message: error.to_string(),
+            })?;
+        let timed = client.with_options(&Options {
+            timeout: Some(call_timeout),
+            fail_fast: true,
+            max_attempts: Some(1),
+            ..Default::default()
+        });
+        Ok(Group {
+            name: config.name.clone(),
+            client,
+            timed,
+        })
+    }
+
+    /// Starts the connection task and waits (bounded) for the first connection.
+    pub async fn start(&self) {
+        let _task = self.client.connect();
+        match tokio::time::timeout(CONNECT_TIMEOUT, self.client.wait_for_connect()).await {
+            Ok(Ok(())) => tracing::debug!(group = %self.name, "connected"),
+            Ok(Err(error)) => tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background"),
+            Err(_) => tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background"),
+        }
+    }
+
+    /// Runs `script` by SHA within the per-call timeout; on NOSCRIPT, loads it and runs it again.
+    pub async fn eval<R: FromValue>(&self, script: &Script, keys: Vec<Key>, args: Vec<Value>) -> Reply<R> {
+        let first = self
+            .timed
+            .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())
+            .await;
+        let result = match first {
+            Err(error) if error.details().starts_with("NOSCRIPT") => {
+                let lua = script.lua().cloned().unwrap_or_default();
+                match self.timed.script_load::<String, _>(lua).await {
+                    Ok(_) => self.timed.evalsha(script.sha1().clone(), keys, args).await,
+                    Err(error) => Err(error),
+                }
+            }
+            other => other,
+        };
+        match result {
+            Ok(answer) => Reply::Answer(answer),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
+    /// Round-trip time of a PING, bounded by the per-call timeout.
+    pub async fn ping(&self) -> Reply<Duration> {
+        let started = std::time::Instant::now();
+        match self.timed.ping::<String>(None).await {
+            Ok(_) => Reply::Answer(started.elapsed()),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
+    /// Closes the connection.
+    pub async fn quit(&self) {
+        let _ = self.client.quit().await;
+    }
+}

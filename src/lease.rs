@@ -1,0 +1,382 @@
+//! What a caller holds: the acquire builder, a [`Lease`] (released in the background when
+//! dropped), and a [`KeptLease`] that a keepalive task renews until it is dropped, released,
+//! capped by `max_hold`, or lost, and that tells its owner at once when it is lost.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{oneshot, watch};
+
+use crate::error::Error;
+use crate::lock::{AcquireOptions, Engine, Granted, Locks, Released};
+use crate::quorum::GroupVote;
+
+/// An acquire being built: `locks.acquire("x").ttl(..).wait(..).owner(..).await`.
+#[must_use = "an acquire does nothing until it is awaited"]
+pub struct Acquire {
+    locks: Locks,
+    resource: String,
+    options: AcquireOptions,
+}
+
+impl Acquire {
+    pub(crate) fn new(locks: Locks, resource: String) -> Self {
+        Acquire {
+            locks,
+            resource,
+            options: AcquireOptions::default(),
+        }
+    }
+
+    /// How long the lock lives unless extended (default 15 s).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.options.ttl = ttl;
+        self
+    }
+
+    /// How long to keep retrying while it is held or the quorum is down (default: one try).
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.options.wait = wait;
+        self
+    }
+
+    /// Who holds it (shown to others).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.options.owner = Some(owner.into());
+        self
+    }
+
+    /// Why (shown to others).
+    pub fn purpose(mut self, purpose: impl Into<String>) -> Self {
+        self.options.purpose = Some(purpose.into());
+        self
+    }
+
+    /// Acquire, then keep the lease renewed in the background until it is dropped.
+    pub async fn keepalive(self) -> Result<KeptLease, Error> {
+        Ok(self.await?.keepalive())
+    }
+}
+
+impl IntoFuture for Acquire {
+    type Output = Result<Lease, Error>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move { self.locks.acquire_with(&self.resource, &self.options).await })
+    }
+}
+
+/// A held lock. Pass [`Lease::fencing_token`] with every write to the protected resource.
+/// Dropping a lease that was not released releases it in the background.
+pub struct Lease {
+    engine: Arc<Engine>,
+    resource: String,
+    token: String,
+    fence: u64,
+    ttl: Duration,
+    started: Instant,
+    valid_until: Instant,
+    votes: Vec<GroupVote>,
+    open: bool,
+}
+
+impl Lease {
+    pub(crate) fn new(engine: Arc<Engine>, resource: String, token: String, ttl: Duration, granted: Granted) -> Self {
+        Lease {
+            engine,
+            resource,
+            token,
+            fence: granted.fence,
+            ttl,
+            started: granted.started,
+            valid_until: granted.valid_until,
+            votes: granted.votes,
+            open: true,
+        }
+    }
+
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// The secret that proves ownership to release and extend.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Strictly larger than the fencing token of every earlier holder of this resource.
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Time left before the lease may no longer be relied on (zero once it ran out).
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// The monotonic instant the lease stops being valid.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// The wall-clock time the lease stops being valid (an estimate from this host's clock).
+    pub fn expires_at(&self) -> SystemTime {
+        SystemTime::now() + self.validity()
+    }
+
+    /// When the acquire round that produced this lease started.
+    pub fn acquired_at(&self) -> Instant {
+        self.started
+    }
+
+    /// Each group's vote in the round that granted the lease.
+    pub fn votes(&self) -> &[GroupVote] {
+        &self.votes
+    }
+
+    /// Renews the lease for `ttl` on a majority; returns the new validity.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
+        let extended = self.engine.extend(&self.resource, &self.token, ttl).await?;
+        self.ttl = ttl;
+        self.valid_until = extended.valid_until;
+        self.votes = extended.votes;
+        Ok(self.validity())
+    }
+
+    /// Releases the lease on every group.
+    pub async fn release(mut self) -> Result<Released, Error> {
+        self.open = false;
+        self.engine.release(&self.resource, &self.token).await
+    }
+
+    /// Gives up responsibility for releasing: the lock stays until its TTL or an explicit
+    /// release by token (used when the token is handed to someone else).
+    pub fn detach(mut self) -> (String, String, u64) {
+        self.open = false;
+        (std::mem::take(&mut self.resource), std::mem::take(&mut self.token), self.fence)
+    }
+
+    /// Starts a keepalive task that renews at about ttl/3.
+    pub fn keepalive(mut self) -> KeptLease {
+        self.open = false;
+        let lease = Lease {
+            engine: self.engine.clone(),
+            resource: self.resource.clone(),
+            token: self.token.clone(),
+            fence: self.fence,
+            ttl: self.ttl,
+            started: self.started,
+            valid_until: self.valid_until,
+            votes: std::mem::take(&mut self.votes),
+            open: true,
+        };
+        KeptLease::start(lease)
+    }
+}
+
+impl std::fmt::Debug for Lease {
+    // The token is left out: it is the secret that releases the lock.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lease")
+            .field("resource", &self.resource)
+            .field("fencing_token", &self.fence)
+            .field("validity", &self.validity())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.open {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let engine = self.engine.clone();
+            let (resource, token) = (std::mem::take(&mut self.resource), std::mem::take(&mut self.token));
+            runtime.spawn(async move {
+                if let Err(error) = engine.release(&resource, &token).await {
+                    tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
+                }
+            });
+        }
+    }
+}
+
+/// Why a kept lease ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// A renewal found the lock no longer ours, or renewals failed until validity ran out.
+    Lost(String),
+    /// The keepalive reached `max_hold` and released the lock.
+    MaxHold,
+    /// The owner released it.
+    Released,
+}
+
+#[derive(Debug, Clone)]
+struct KeepaliveState {
+    valid_until: Instant,
+    ended: Option<LeaseEnd>,
+}
+
+/// A lease that a background task keeps renewing. Dropping it stops renewal and releases it.
+pub struct KeptLease {
+    resource: String,
+    token: String,
+    fence: u64,
+    state: watch::Receiver<KeepaliveState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<Option<Result<Released, Error>>>>,
+}
+
+impl KeptLease {
+    fn start(lease: Lease) -> Self {
+        let (state_tx, state) = watch::channel(KeepaliveState {
+            valid_until: lease.valid_until,
+            ended: None,
+        });
+        let (stop, stopped) = oneshot::channel();
+        let (resource, token, fence) = (lease.resource.clone(), lease.token.clone(), lease.fence);
+        let task = tokio::spawn(renew(lease, state_tx, stopped));
+        KeptLease {
+            resource,
+            token,
+            fence,
+            state,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn fencing_token(&self) -> u64 {
+        self.fence
+    }
+
+    /// Time left before the lease may no longer be relied on.
+    pub fn validity(&self) -> Duration {
+        let state = self.state.borrow();
+        if state.ended.is_some() {
+            return Duration::ZERO;
+        }
+        state.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// How the lease ended, if it has.
+    pub fn ended(&self) -> Option<LeaseEnd> {
+        self.state.borrow().ended.clone()
+    }
+
+    /// Resolves as soon as the lease ends (lost, capped or released).
+    pub async fn lost(&self) -> LeaseEnd {
+        let mut state = self.state.clone();
+        match state.wait_for(|s| s.ended.is_some()).await {
+            Ok(s) => s.ended.clone().unwrap_or(LeaseEnd::Released),
+            Err(_) => LeaseEnd::Released,
+        }
+    }
+
+    /// Stops renewing and releases the lock on every group.
+    pub async fn release(mut self) -> Result<Released, Error> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let Some(task) = self.task.take() else {
+            return Err(Error::invalid("lease", "already released"));
+        };
+        match task.await {
+            Ok(Some(result)) => result,
+            Ok(None) | Err(_) => Ok(Released {
+                released: false,
+                groups_released: 0,
+                votes: Vec::new(),
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for KeptLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptLease")
+            .field("resource", &self.resource)
+            .field("fencing_token", &self.fence)
+            .field("validity", &self.validity())
+            .field("ended", &self.ended())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for KeptLease {
+    fn drop(&mut self) {
+        // The task releases the lease when told to stop (or when this sender goes away).
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// The keepalive loop. Returns the release result when it released the lease itself.
+async fn renew(
+    mut lease: Lease,
+    state: watch::Sender<KeepaliveState>,
+    mut stopped: oneshot::Receiver<()>,
+) -> Option<Result<Released, Error>> {
+    let ttl = lease.ttl;
+    let interval = (ttl / 3).max(Duration::from_millis(1));
+    let hold_until = lease.started + lease.engine.topology.max_hold();
+    let end = |state: &watch::Sender<KeepaliveState>, reason: LeaseEnd| {
+        state.send_modify(|s| s.ended = Some(reason));
+    };
+    let mut next = Instant::now() + interval;
+    loop {
+        tokio::select! {
+            _ = &mut stopped => {
+                let released = lease.release().await;
+                end(&state, LeaseEnd::Released);
+                return Some(released);
+            }
+            _ = tokio::time::sleep_until(next.into()) => {}
+        }
+        if Instant::now() + ttl > hold_until {
+            let released = lease.release().await;
+            end(&state, LeaseEnd::MaxHold);
+            return Some(released);
+        }
+        match lease.extend(ttl).await {
+            Ok(_) => {
+                state.send_modify(|s| s.valid_until = lease.valid_until);
+                next = Instant::now() + interval;
+            }
+            Err(Error::NotHeld { .. }) => {
+                lease.open = false;
+                end(&state, LeaseEnd::Lost("another holder or an expiry took the lock".into()));
+                return None;
+            }
+            Err(error) => {
+                // Keep trying while the current validity lasts: the quorum may come back.
+                let retry = Instant::now() + (interval / 4).max(Duration::from_millis(1));
+                if retry >= lease.valid_until {
+                    lease.open = false;
+                    end(&state, LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")));
+                    return None;
+                }
+                tracing::warn!(resource = %lease.resource, %error, "keepalive renewal failed; retrying");
+                next = retry;
+            }
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! The Redlock engine: acquire, extend and release on a majority of groups, with fencing.
+//!
+//! One acquire attempt is one round (two or three only when a group's fence is ahead of our
+//! proposal): the acquire script goes to every group at once, the vote is decided as soon as
+//! a majority granted or can no longer grant, and a lease is handed out only while
+//! `ttl − elapsed − drift` is positive. A failed attempt is rolled back with the release
+//! script on every group that may hold our grant, then retried after a jittered delay.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fred::types::Value;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Topology;
+use crate::error::{Error, majority_holder};
+use crate::group::Group;
+use crate::lease::Lease;
+use crate::quorum::{GroupVote, Reply, Vote, count, fan_out};
+use crate::resource::{ResourceKeys, validate_label, validate_resource};
+use crate::scripts;
+
+/// Shortest TTL accepted: below this the drift allowance leaves no validity.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest TTL accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
+/// Longest wait accepted.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// Default TTL of a lease.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Rounds one attempt may spend raising its fencing proposal above a group's fence.
+const FENCE_ROUNDS: usize = 3;
+
+/// A connection to every group of a topology; cheap to clone, share it.
+#[derive(Clone)]
+pub struct Locks {
+    pub(crate) engine: Arc<Engine>,
+}
+
+pub(crate) struct Engine {
+    pub groups: Vec<Group>,
+    pub topology: Topology,
+    pub quorum: usize,
+    /// Highest fence this process has proposed or seen; proposals always go above it.
+    highest_fence: AtomicU64,
+}
+
+/// How to acquire: TTL, how long to keep trying, and who is asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// How long the lock lives on each group unless extended or released.
+    pub ttl: Duration,
+    /// How long to keep retrying while the lock is held or the quorum is unavailable.
+    pub wait: Duration,
+    /// Who holds the lock, shown to everyone who inspects or waits for it.
+    pub owner: Option<String>,
+    /// Why, shown alongside the owner.
+    pub purpose: Option<String>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            ttl: DEFAULT_TTL,
+            wait: Duration::ZERO,
+            owner: None,
+            purpose: None,
+        }
+    }
+}
+
+/// What is stored beside the lock for inspection.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct OwnerRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub acquired_at_ms: u64,
+}
+
+impl OwnerRecord {
+    pub fn parse(raw: &str) -> OwnerRecord {
+        serde_json::from_str(raw).unwrap_or_default()
+    }
+}
+
+/// A group's answer to the acquire script.
+enum Grant {
+    Granted,
+    Held { remaining_ms: u64, record: String },
+    FenceAhead(u64),
+}
+
+/// The result of one extend.
+#[derive(Debug, Clone)]
+pub struct Extended {
+    /// When the renewed lease stops being valid (monotonic clock).
+    pub valid_until: Instant,
+    pub votes: Vec<GroupVote>,
+}
+
+/// The result of one release.
+#[derive(Debug, Clone, Serialize)]
+pub struct Released {
+    /// True when at least one group still held the lock under this token and deleted it.
+    pub released: bool,
+    /// How many groups deleted it.
+    pub groups_released: usize,
+    pub votes: Vec<GroupVote>,
+}
+
+/// A successful acquire round, before it becomes a [`Lease`].
+pub(crate) struct Granted {
+    pub fence: u64,
+    pub started: Instant,
+    pub valid_until: Instant,
+    pub votes: Vec<GroupVote>,
+}
+
+impl Locks {
+    /// Connects to every group of the topology. Groups that are down now do not fail the
+    /// call: they reconnect in the background and vote "error" meanwhile.
+    pub async fn connect(topology: Topology) -> Result<Locks, Error> {
+        topology.validate()?;
+        let mut groups = Vec::with_capacity(topology.groups.len());
+        for (index, config) in topology.groups.iter().enumerate() {
+            groups.push(Group::connect(index, config, &topology).await?);
+        }
+        futures::future::join_all(groups.iter().map(Group::start)).await;
+        Ok(Locks {
+            engine: Arc::new(Engine {
+                quorum: topology.quorum(),
+                groups,
+                topology,
+                highest_fence: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// Starts building an acquire of `resource`; `.await` it (see [`crate::Acquire`]).
+    pub fn acquire(&self, resource: impl Into<String>) -> crate::lease::Acquire {
+        crate::lease::Acquire::new(self.clone(), resource.into())
+    }
+
+    /// Acquires with explicit options.
+    pub async fn acquire_with(&self, resource: &str, options: &AcquireOptions) -> Result<Lease, Error> {
+        let granted = self.engine.acquire(resource, options).await?;
+        Ok(Lease::new(self.engine.clone(), resource.to_string(), granted.0, options.ttl, granted.1))
+    }
+
+    /// Renews the lock held under `token` for `ttl` on a majority of groups.
+    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
+        self.engine.extend(resource, token, ttl).await
+    }
+
+    /// Deletes the lock on every group where it still carries `token`.
+    pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
+        self.engine.release(resource, token).await
+    }
+
+    /// The topology this client votes over.
+    pub fn topology(&self) -> &Topology {
+        &self.engine.topology
+    }
+
+    /// Votes needed for a majority.
+    pub fn quorum(&self) -> usize {
+        self.engine.quorum
+    }
+
+    /// Closes every group's connection.
+    pub async fn close(&self) {
+        futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;
+    }
+}
+
+fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros() as u64)
+}
+
+pub(crate) fn unix_millis() -> u64 {
+    unix_micros() / 1000
+}
+
+fn to_millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn integer(value: Option<&Value>) -> Option<u64> {
+    match value? {
+        Value::Integer(n) => u64::try_from(*n).ok(),
+        Value::String(s) => s.parse().ok(),
+        Value::Bytes(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+pub(crate) fn text(value: Option<&Value>) -> String {
+    value.and_then(Value::as_string).unwrap_or_default()
+}
+
+fn parse_grant(values: Vec<Value>) -> Result<Grant, String> {
+    match integer(values.first()) {
+        Some(1) => Ok(Grant::Granted),
+        Some(0) => Ok(Grant::Held {
+            remaining_ms: integer(values.get(1)).unwrap_or(0),
+            record: text(values.get(2)),
+        }),
+        Some(2) => Ok(Grant::FenceAhead(integer(values.get(1)).unwrap_or(0))),
+        _ => Err(format!("unexpected acquire reply {values:?}")),
+    }
+}
+
+pub(crate) fn check_ttl(field: &'static str, ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "{} ms is outside {}..={} ms",
+                ttl.as_millis(),
+                MIN_TTL.as_millis(),
+                MAX_TTL.as_millis()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Engine {
+    fn size(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// Clock-drift allowance for a TTL: ttl·drift_factor + 2 ms.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.topology.drift_factor) + Duration::from_millis(2)
+    }
+
+    pub fn keys(&self, resource: &str) -> ResourceKeys {
+        ResourceKeys::new(&self.topology.key_prefix, resource)
+    }
+
+    /// A fence above the clock and above everything this process has seen.
+    fn propose_fence(&self) -> u64 {
+        let now = unix_micros();
+        let previous = self
+            .highest_fence
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(last.max(now - 1) + 1))
+            .unwrap_or_else(|last| last);
+        previous.max(now - 1) + 1
+    }
+
+    fn observe_fence(&self, fence: u64) {
+        self.highest_fence.fetch_max(fence, Ordering::AcqRel);
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let base = self.topology.retry_delay();
+        base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
+    }
+
+    pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<(String, Granted), Error> {
+        validate_resource(resource)?;
+        check_ttl("ttl", options.ttl)?;
+        if options.wait > MAX_WAIT {
+            return Err(Error::invalid(
+                "wait",
+                format!("{} ms is above the limit of {} ms", options.wait.as_millis(), MAX_WAIT.as_millis()),
+            ));
+        }
+        validate_label("owner", options.owner.as_deref())?;
+        validate_label("purpose", options.purpose.as_deref())?;
+        let keys = self.keys(resource);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let record = serde_json::to_string(&OwnerRecord {
+            owner: options.owner.clone(),
+            purpose: options.purpose.clone(),
+            acquired_at_ms: unix_millis(),
+        })
+        .unwrap_or_default();
+        let deadline = Instant::now() + options.wait;
+        loop {
+            let (error, may_hold) = match self.attempt(resource, &keys, &token, options.ttl, &record).await {
+                Ok(granted) => return Ok((token, granted)),
+                Err(failure) => failure,
+            };
+            self.roll_back(&keys, &token, &may_hold).await;
+            let now = Instant::now();
+            if now >= deadline || matches!(error, Error::InvalidInput { .. }) {
+                return Err(error);
+            }
+            tokio::time::sleep(self.retry_delay().min(deadline - now)).await;
+        }
+    }
+
+    /// One attempt: up to [`FENCE_ROUNDS`] rounds, all counted in `elapsed`. On failure it
+    /// returns the error and, per group, whether that group may hold our grant.
+    async fn attempt(
+        &self,
+        resource: &str,
+        keys: &ResourceKeys,
+        token: &str,
+        ttl: Duration,
+        record: &str,
+    ) -> Result<Granted, (Error, Vec<bool>)> {
+        let started = Instant::now();
+        let n = self.size();
+        let quorum = self.quorum;
+        let mut may_hold = vec![false; n];
+        let script_keys = keys.all();
+        for round in 0..FENCE_ROUNDS {
+            let fence = self.propose_fence();
+            let args: Vec<Value> = vec![
+                token.into(),
+                Value::from(to_millis(ttl) as i64),
+                Value::from(fence.to_string()),
+                record.into(),
+            ];
+            let replies = fan_out(
+                &self.groups,
+                |group| {
+                    let (keys, args) = (script_keys.clone(), args.clone());
+                    async move {
+                        match group.eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args).await {
+                            Reply::Answer(values) => match parse_grant(values) {
+                                Ok(grant) => Reply::Answer(grant),
+                                Err(message) => Reply::Failed(message),
+                            },
+                            Reply::Timeout => Reply::Timeout,
+                            Reply::Failed(message) => Reply::Failed(message),
+                        }
+                    }
+                },
+                |replies| {
+                    let granted = count(replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
+                    let lost = count(replies, |r| !matches!(r, Reply::Answer(Grant::Granted | Grant::FenceAhead(_))));
+                    granted >= quorum || lost > n - quorum
+                },
+            )
+            .await;
+            for (index, reply) in replies.iter().enumerate() {
+                may_hold[index] |= !matches!(reply, Some(Reply::Answer(Grant::Held { .. } | Grant::FenceAhead(_))));
+            }
+            let granted = count(&replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
+            let ahead: Vec<u64> = replies
+                .iter()
+                .filter_map(|r| match r {
+                    Some(Reply::Answer(Grant::FenceAhead(f))) => Some(*f),
+                    _ => None,
+                })
+                .collect();
+            let votes = self.votes(replies);
+            if granted >= quorum {
+                let elapsed = started.elapsed();
+                let lifetime = ttl.saturating_sub(self.drift(ttl));
+                if elapsed < lifetime {
+                    return Ok(Granted {
+                        fence,
+                        started,
+                        valid_until: started + lifetime,
+                        votes,
+                    });
+                }
+                let error = Error::Expired {
+                    resource: resource.to_string(),
+                    elapsed_ms: to_millis(elapsed),
+                    votes,
+                };
+                return Err((error, may_hold));
+            }
+            if let Some(highest) = ahead.iter().max() {
+                self.observe_fence(*highest);
+                if granted + ahead.len() >= quorum && round + 1 < FENCE_ROUNDS {
+                    continue;
+                }
+            }
+            return Err((self.denial(resource, votes), may_hold));
+        }
+        // The loop always returns in its last round.
+        Err((self.denial(resource, Vec::new()), may_hold))
+    }
+
+    /// Why a vote without a majority failed: the infrastructure, or another holder.
+    fn denial(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
+        let failed = votes.iter().filter(|v| v.vote.is_failure()).count();
+        if self.size() - failed < self.quorum {
+            return Error::Unavailable {
+                resource: resource.to_string(),
+                needed: self.quorum,
+                total: self.size(),
+                votes,
+            };
+        }
+        Error::Held {
+            resource: resource.to_string(),
+            holder: majority_holder(&votes),
+            votes,
+        }
+    }
+
+    fn votes(&self, replies: Vec<Option<Reply<Grant>>>) -> Vec<GroupVote> {
+        self.groups
+            .iter()
+            .zip(replies)
+            .map(|(group, reply)| GroupVote {
+                group: group.name.clone(),
+                vote: Vote::from_reply(reply, |grant| match grant {
+                    Grant::Granted => Vote::Granted,
+                    Grant::FenceAhead(fence) => Vote::FenceAhead { fence },
+                    Grant::Held { remaining_ms, record } => {
+                        let record = OwnerRecord::parse(&record);
+                        Vote::Held {
+                            owner: record.owner,
+                            purpose: record.purpose,
+                            remaining_ms,
+                        }
+                    }
+                }),
+            })
+            .collect()
+    }
+
+    /// Runs the release script on every group that may hold our grant, including those that
+    /// timed out: their grant may have landed after we stopped waiting.
+    async fn roll_back(&self, keys: &ResourceKeys, token: &str, may_hold: &[bool]) {
+        if !may_hold.contains(&true) {
+            return;
+        }
+        let lease_keys = keys.lease();
+        let args: Vec<Value> = vec![token.into()];
+        futures::future::join_all(self.groups.iter().zip(may_hold).filter(|(_, hold)| **hold).map(|(group, _)| {
+            group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
+        }))
+        .await;
+    }
+
+    /// Fans a compare-by-token script out and turns 1/0 answers into votes.
+    async fn by_token(
+        &self,
+        script: &fred::types::scripts::Script,
+        resource: &str,
+        args: Vec<Value>,
+        wait_for_all: bool,
+    ) -> Result<Vec<GroupVote>, Error> {
+        validate_resource(resource)?;
+        let keys = self.keys(resource).lease();
+        let (n, quorum) = (self.size(), self.quorum);
+        let replies = fan_out(
+            &self.groups,
+            |group| group.eval::<i64>(script, keys.clone(), args.clone()),
+            |replies| {
+                let yes = count(replies, |r| matches!(r, Reply::Answer(1)));
+                let no = count(replies, |r| !matches!(r, Reply::Answer(1)));
+                !wait_for_all && (yes >= quorum || no > n - quorum)
+            },
+        )
+        .await;
+        Ok(self
+            .groups
+            .iter()
+            .zip(replies)
+            .map(|(group, reply)| GroupVote {
+                group: group.name.clone(),
+                vote: Vote::from_reply(reply, |answer| if answer == 1 { Vote::Granted } else { Vote::NotHeld }),
+            })
+            .collect())
+    }
+
+    fn not_held_or_unavailable(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
+        let failed = votes.iter().filter(|v| v.vote.is_failure()).count();
+        if self.size() - failed < self.quorum {
+            Error::Unavailable {
+                resource: resource.to_string(),
+                needed: self.quorum,
+                total: self.size(),
+                votes,
+            }
+        } else {
+            Error::NotHeld {
+                resource: resource.to_string(),
+                votes,
+            }
+        }
+    }
+
+    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
+        check_ttl("ttl", ttl)?;
+        check_token(token)?;
+        let started = Instant::now();
+        let args: Vec<Value> = vec![token.into(), Value::from(to_millis(ttl) as i64)];
+        let votes = self.by_token(&scripts::EXTEND, resource, args, false).await?;
+        let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
+        let lifetime = ttl.saturating_sub(self.drift(ttl));
+        if renewed >= self.quorum && started.elapsed() < lifetime {
+            return Ok(Extended {
+                valid_until: started + lifetime,
+                votes,
+            });
+        }
+        Err(self.not_held_or_unavailable(resource, votes))
+    }
+
+    pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
+        check_token(token)?;
+        let votes = self.by_token(&scripts::RELEASE, resource, vec![token.into()], true).await?;
+        let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
+        let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
+        if groups_released == 0 && answered < self.quorum {
+            return Err(self.not_held_or_unavailable(resource, votes));
+        }
+        Ok(Released {
+            released: groups_released > 0,
+            groups_released,
+            votes,
+        })
+    }
+}
+
+/// Tokens are what acquire hands out: 32 lowercase hex digits. Anything else cannot match.
+fn check_token(token: &str) -> Result<(), Error> {
+    if token.is_empty() || token.len() > 64 || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(Error::invalid(
+            "token",
+            "must be the token returned by acquire (32 hex digits)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,295 @@
+//! The engine against real redis-server masters and Sentinels started by the lab.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{fence_key, lock_key, plain_lab, sentinel_lab};
+use fred::prelude::*;
+use fred::types::{Expiration, SetOptions};
+use quorumlock::{Error, LeaseEnd, Vote};
+use tokio::sync::Mutex;
+
+const MS: Duration = Duration::from_millis(1);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_under_contention() {
+    let fx = sentinel_lab().await;
+    let inside = Arc::new(AtomicBool::new(false));
+    let fences = Arc::new(Mutex::new(Vec::new()));
+    let mut workers = Vec::new();
+    for worker in 0..12 {
+        let (locks, inside, fences) = (fx.locks.clone(), inside.clone(), fences.clone());
+        workers.push(tokio::spawn(async move {
+            let mut held = 0;
+            while held < 8 {
+                let lease = match locks
+                    .acquire("contended")
+                    .ttl(Duration::from_secs(2))
+                    .wait(Duration::from_secs(5))
+                    .owner(format!("worker-{worker}"))
+                    .await
+                {
+                    Ok(lease) => lease,
+                    Err(Error::Held { .. }) => continue,
+                    Err(other) => panic!("unexpected acquire error: {other}"),
+                };
+                assert!(!inside.swap(true, Ordering::SeqCst), "two holders inside at once");
+                fences.lock().await.push(lease.fencing_token());
+                tokio::task::yield_now().await;
+                inside.store(false, Ordering::SeqCst);
+                assert!(lease.validity() > Duration::ZERO, "held past validity");
+                lease.release().await.expect("release");
+                held += 1;
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    let fences = fences.lock().await;
+    assert_eq!(fences.len(), 12 * 8);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fencing tokens must grow in grant order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttl_expiry_frees_the_lock_and_stale_tokens_do_nothing() {
+    let fx = sentinel_lab().await;
+    let first = fx.locks.acquire("expiring").ttl(300 * MS).await.expect("first");
+    let (_, stale_token, first_fence) = first.detach();
+
+    let denied = fx.locks.acquire("expiring").await.expect_err("still held");
+    assert!(matches!(denied, Error::Held { .. }), "{denied}");
+
+    let second = fx.locks.acquire("expiring").ttl(Duration::from_secs(10)).wait(Duration::from_secs(3)).await.expect("after expiry");
+    assert!(second.fencing_token() > first_fence);
+
+    // The first holder's token is stale now: release and extend must leave the lease alone.
+    let released = fx.locks.release("expiring", &stale_token).await.expect("release answers");
+    assert!(!released.released);
+    let extended = fx.locks.extend("expiring", &stale_token, Duration::from_secs(60)).await;
+    assert!(matches!(extended, Err(Error::NotHeld { .. })), "{extended:?}");
+    let status = fx.locks.status("expiring").await.expect("status");
+    assert!(status.held);
+    assert_eq!(status.fencing_token, Some(second.fencing_token()));
+    let remaining = status.holder.expect("holder").remaining_ms;
+    assert!(remaining <= 10_000, "a stale extend must not renew: {remaining} ms left");
+    second.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_grants_are_rolled_back() {
+    let fx = sentinel_lab().await;
+    // Another holder owns the lock on a majority (groups 0, 1, 2): our grants on 3 and 4 must go.
+    for group in 0..3 {
+        let client = fx.master(group).await;
+        let _: Option<String> = client
+            .set(lock_key("planted"), "someone-else", Some(Expiration::PX(30_000)), Some(SetOptions::NX), false)
+            .await
+            .expect("plant");
+    }
+    let error = fx.locks.acquire("planted").await.expect_err("held on a majority");
+    assert!(matches!(error, Error::Held { .. }), "{error}");
+    let values = fx.values_of(&lock_key("planted")).await;
+    assert_eq!(&values[3..], &[None, None], "our grants on the free groups were not rolled back");
+
+    // Planted on two groups and one group dead: 2 grants are not a majority, so they go too.
+    for group in 0..2 {
+        let client = fx.master(group).await;
+        let _: Option<String> = client
+            .set(lock_key("planted-two"), "someone-else", Some(Expiration::PX(30_000)), None, false)
+            .await
+            .expect("plant");
+    }
+    let mut lab = fx.lab;
+    lab.kill(2).await.expect("kill");
+    let error = fx.locks.acquire("planted-two").await.expect_err("no majority");
+    assert!(matches!(error, Error::Held { .. }), "{error}");
+    for group in 3..5 {
+        let node = lab.master_of(group).await.expect("master");
+        let client = Client::new(Config { server: ServerConfig::new_centralized("127.0.0.1", node.port), ..Default::default() }, None, None, None);
+        client.init().await.expect("connect");
+        let value: Option<String> = client.get(lock_key("planted-two")).await.expect("GET");
+        assert_eq!(value, None, "group {group} kept our partial grant");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn survives_two_dead_groups_and_names_three() {
+    let mut fx = plain_lab().await;
+    fx.lab.kill(0).await.expect("kill");
+    fx.lab.kill(1).await.expect("kill");
+    let lease = fx.locks.acquire("two-down").await.expect("3 of 5 still grant");
+    let granted = lease.votes().iter().filter(|v| v.vote == Vote::Granted).count();
+    assert!(granted >= 3);
+    lease.release().await.expect("release");
+
+    fx.lab.kill(2).await.expect("kill");
+    let started = Instant::now();
+    let error = fx.locks.acquire("three-down").await.expect_err("no quorum");
+    let took = started.elapsed();
+    assert!(error.is_unavailable(), "{error}");
+    let message = error.to_string();
+    for name in ["g1", "g2", "g3"] {
+        assert!(message.contains(name), "{message} should name {name}");
+    }
+    assert!(!message.contains("g4"), "{message}");
+    // Bounded by the per-call timeout, not by reconnect attempts (generous slack for CI).
+    assert!(took < fx.topology.call_timeout() * 5, "took {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_masters_cost_at_most_the_call_timeout() {
+    let mut fx = plain_lab().await;
+    fx.lab.freeze(4).await.expect("freeze");
+    let lease = fx.locks.acquire("one-frozen").await.expect("4 of 5 answer");
+    lease.release().await.expect("release");
+
+    fx.lab.freeze(3).await.expect("freeze");
+    fx.lab.freeze(2).await.expect("freeze");
+    let started = Instant::now();
+    let error = fx.locks.acquire("three-frozen").await.expect_err("no quorum");
+    let took = started.elapsed();
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.votes().iter().filter(|v| v.vote == Vote::Timeout).count() >= 3, "{error}");
+    assert!(took < fx.topology.call_timeout() * 5, "frozen masters stalled acquire for {took:?}");
+    let started = Instant::now();
+    let status = fx.locks.status("three-frozen").await.expect("status answers");
+    assert_eq!(status.groups.iter().filter(|g| g.state == "timeout").count(), 3);
+    assert!(started.elapsed() < fx.topology.call_timeout() * 5);
+    for group in 2..5 {
+        fx.lab.thaw(group).await.expect("thaw");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
+    let mut fx = common::fixture(
+        |mut spec| {
+            spec.replicas = 0;
+            spec.sentinels = 0;
+            spec
+        },
+        |mut topology| {
+            topology.call_timeout_ms = 5_000;
+            topology
+        },
+    )
+    .await;
+    for group in 0..3 {
+        fx.lab.freeze(group).await.expect("freeze");
+    }
+    let locks = fx.locks.clone();
+    let attempt = tokio::spawn(async move { locks.acquire("slow").ttl(300 * MS).await });
+    // The injected delay: the majority answers only after the whole TTL has passed.
+    tokio::time::sleep(600 * MS).await;
+    for group in 0..3 {
+        fx.lab.thaw(group).await.expect("thaw");
+    }
+    let error = attempt.await.expect("task").expect_err("validity used up");
+    assert!(matches!(error, Error::Expired { .. }), "{error}");
+    assert!(error.votes().iter().filter(|v| v.vote == Vote::Granted).count() >= 3, "{error}");
+    assert_eq!(fx.values_of(&lock_key("slow")).await, vec![None; 5], "expired grants left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_across_release_expiry_and_data_loss() {
+    let fx = sentinel_lab().await;
+    let mut fences = Vec::new();
+    let released = fx.locks.acquire("fenced").await.expect("acquire");
+    fences.push(released.fencing_token());
+    released.release().await.expect("release");
+
+    let expired = fx.locks.acquire("fenced").ttl(100 * MS).await.expect("acquire");
+    fences.push(expired.fencing_token());
+    let _ = expired.detach();
+    let after_expiry = fx.locks.acquire("fenced").wait(Duration::from_secs(2)).await.expect("after expiry");
+    fences.push(after_expiry.fencing_token());
+    after_expiry.release().await.expect("release");
+
+    let wiped = fx.master(0).await;
+    let _: () = wiped.flushall(false).await.expect("FLUSHALL");
+    let after_loss = fx.locks.acquire("fenced").await.expect("after data loss");
+    fences.push(after_loss.fencing_token());
+    after_loss.release().await.expect("release");
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+
+    // A fence far ahead of this host's clock on a majority (another client's fast clock):
+    // the same acquire raises its proposal above it instead of going backwards.
+    let ahead = fences[fences.len() - 1] + 1_000_000_000;
+    for group in 0..3 {
+        let client = fx.master(group).await;
+        let _: () = client.set(fence_key("fenced"), ahead, None, None, false).await.expect("SET fence");
+    }
+    let overtaken = fx.locks.acquire("fenced").await.expect("acquire above the fence");
+    assert!(overtaken.fencing_token() > ahead, "{} <= {ahead}", overtaken.fencing_token());
+    overtaken.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_reload_after_script_flush() {
+    let fx = sentinel_lab().await;
+    fx.locks.acquire("before-flush").await.expect("acquire").release().await.expect("release");
+    for group in 0..5 {
+        let client = fx.master(group).await;
+        let _: () = client.script_flush(false).await.expect("SCRIPT FLUSH");
+    }
+    let lease = fx.locks.acquire("after-flush").await.expect("scripts reload on NOSCRIPT");
+    assert!(lease.votes().iter().all(|v| !v.vote.is_failure()), "{:?}", lease.votes());
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_names_are_checked_and_independent() {
+    let fx = sentinel_lab().await;
+    let oversized = "r".repeat(quorumlock::resource::MAX_RESOURCE_BYTES + 1);
+    for bad in ["", "line\nbreak", "nul\0byte", oversized.as_str()] {
+        match fx.locks.acquire(bad).await {
+            Err(Error::InvalidInput { field, reason }) => assert_eq!(field, "resource", "{reason}"),
+            other => panic!("{bad:?} was not rejected: {:?}", other.map(|l| l.detach())),
+        }
+    }
+    let names = ["a", "{a}", "a}", "{", "}", "*", "a*", "a b", " a", "ключ", "錠", "a}:lock"];
+    let mut leases = Vec::new();
+    for name in names {
+        leases.push(fx.locks.acquire(name).await.unwrap_or_else(|e| panic!("{name:?}: {e}")));
+    }
+    for (name, lease) in names.iter().zip(&leases) {
+        let status = fx.locks.status(name).await.expect("status");
+        assert!(status.held, "{name:?}");
+        assert_eq!(status.fencing_token, Some(lease.fencing_token()), "{name:?}");
+    }
+    for lease in leases {
+        assert!(lease.release().await.expect("release").released);
+    }
+    for name in names {
+        assert!(!fx.locks.status(name).await.expect("status").held, "{name:?} still held");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_renews_and_reports_loss_at_once() {
+    let fx = sentinel_lab().await;
+    let kept = fx.locks.acquire("kept").ttl(300 * MS).keepalive().await.expect("acquire");
+    // Three TTLs pass: only the keepalive keeps it alive.
+    tokio::time::sleep(900 * MS).await;
+    let status = fx.locks.status("kept").await.expect("status");
+    assert!(status.held, "keepalive did not renew");
+    assert_eq!(status.fencing_token, Some(kept.fencing_token()));
+    assert!(kept.ended().is_none());
+
+    // Someone force-deletes the lock: the owner hears about it at the next renewal.
+    for group in 0..5 {
+        let client = fx.master(group).await;
+        let _: i64 = client.del(lock_key("kept")).await.expect("DEL");
+    }
+    let end = tokio::time::timeout(Duration::from_secs(2), kept.lost()).await.expect("loss reported");
+    assert!(matches!(end, LeaseEnd::Lost(_)), "{end:?}");
+
+    let again = fx.locks.acquire("kept").ttl(300 * MS).keepalive().await.expect("acquire");
+    drop(again);
+    let freed = fx.locks.acquire("kept").wait(Duration::from_millis(200)).await;
+    assert!(freed.is_ok(), "dropping a kept lease must release it: {:?}", freed.err());
+}
