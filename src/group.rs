@@ -132,6 +132,31 @@ impl Group {
         }
     }
 
+    /// Keys matching `pattern` (SCAN, page by page, each page within the per-call timeout),
+    /// at most `limit` of them.
+    pub async fn scan_keys(&self, pattern: &str, limit: usize) -> Reply<Vec<String>> {
+        let mut cursor = "0".to_string();
+        let mut keys = Vec::new();
+        loop {
+            let page = self
+                .timed
+                .scan_page::<(String, Vec<String>), _, _>(cursor.clone(), pattern, Some(1000), None)
+                .await;
+            match page {
+                Ok((next, found)) => {
+                    keys.extend(found);
+                    if next == "0" || keys.len() >= limit {
+                        keys.truncate(limit);
+                        return Reply::Answer(keys);
+                    }
+                    cursor = next;
+                }
+                Err(error) if *error.kind() == ErrorKind::Timeout => return Reply::Timeout,
+                Err(error) => return Reply::Failed(error.to_string()),
+            }
+        }
+    }
+
     /// Closes the connection.
     pub async fn quit(&self) {
         let _ = self.client.quit().await;

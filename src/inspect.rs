@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use fred::types::Value;
+use futures::StreamExt;
 use serde::Serialize;
 
 use crate::error::{Error, Holder};
@@ -44,6 +45,27 @@ pub struct LockStatus {
     pub groups: Vec<GroupView>,
 }
 
+/// One current lock, as listed.
+#[derive(Debug, Clone, Serialize)]
+pub struct ListedLock {
+    pub resource: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    pub remaining_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// Current locks whose name starts with a prefix.
+#[derive(Debug, Clone, Serialize)]
+pub struct LockList {
+    pub locks: Vec<ListedLock>,
+    /// True when more locks matched than `limit`.
+    pub truncated: bool,
+}
+
 /// One group's health.
 #[derive(Debug, Clone, Serialize)]
 pub struct GroupHealth {
@@ -61,6 +83,25 @@ pub struct Health {
     pub quorum_available: bool,
     pub quorum: usize,
     pub groups: Vec<GroupHealth>,
+}
+
+/// Largest `limit` accepted by [`Locks::list`].
+pub const MAX_LIST_LIMIT: usize = 10_000;
+/// Status reads in flight at once while listing.
+const LIST_CONCURRENCY: usize = 16;
+/// Keys one group may contribute to a listing.
+const MAX_SCAN_KEYS: usize = 100_000;
+
+/// Escapes the glob characters of SCAN MATCH so a prefix matches literally.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
 }
 
 struct Seen {
@@ -149,6 +190,59 @@ impl Locks {
             fencing_token,
             groups,
         })
+    }
+
+    /// Locks held on a majority whose resource name starts with `prefix`, sorted by name,
+    /// at most `limit` of them. Advisory, like [`Locks::status`].
+    pub async fn list(&self, prefix: &str, limit: usize) -> Result<LockList, Error> {
+        if prefix.chars().any(char::is_control) {
+            return Err(Error::invalid("prefix", "must not contain control characters"));
+        }
+        if limit == 0 || limit > MAX_LIST_LIMIT {
+            return Err(Error::invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+        }
+        let engine = &self.engine;
+        let key_prefix = format!("{}:{{", engine.topology.key_prefix);
+        let pattern = format!("{}{}*}}:lock", glob_escape(&key_prefix), glob_escape(prefix));
+        let replies = fan_out(&engine.groups, |group| group.scan_keys(&pattern, MAX_SCAN_KEYS), |_| false).await;
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for keys in replies.into_iter().flatten().filter_map(|reply| match reply {
+            Reply::Answer(keys) => Some(keys),
+            _ => None,
+        }) {
+            for key in keys {
+                if let Some(resource) = key.strip_prefix(&key_prefix).and_then(|rest| rest.strip_suffix("}:lock")) {
+                    *seen.entry(resource.to_string()).or_default() += 1;
+                }
+            }
+        }
+        let mut candidates: Vec<String> = seen.into_keys().collect();
+        candidates.sort();
+        // A key on some group is only a candidate: the quorum decides whether it is held.
+        let mut statuses = futures::stream::iter(candidates)
+            .map(|resource| async move { self.status(&resource).await })
+            .buffered(LIST_CONCURRENCY);
+        let mut locks = Vec::new();
+        let mut truncated = false;
+        while let Some(status) = statuses.next().await {
+            let status = status?;
+            if !status.held {
+                continue;
+            }
+            if locks.len() == limit {
+                truncated = true;
+                break;
+            }
+            let holder = status.holder.unwrap_or_default();
+            locks.push(ListedLock {
+                resource: status.resource,
+                owner: holder.owner,
+                purpose: holder.purpose,
+                remaining_ms: holder.remaining_ms,
+                fencing_token: status.fencing_token,
+            });
+        }
+        Ok(LockList { locks, truncated })
     }
 
     /// PINGs every group.

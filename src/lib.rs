@@ -43,7 +43,7 @@ mod scripts;
 
 pub use config::{ConfigError, GroupConfig, Topology};
 pub use error::{Error, Holder};
-pub use inspect::{GroupHealth, GroupView, Health, LockStatus};
+pub use inspect::{GroupHealth, GroupView, Health, ListedLock, LockList, LockStatus};
 pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
 pub use lock::{AcquireOptions, Extended, Locks, Released};
 pub use quorum::{GroupVote, Vote};
