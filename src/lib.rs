@@ -25,6 +25,7 @@
 //! - [`lock`]: acquire / extend / release with validity and fencing.
 //! - [`lease`]: the acquire builder, leases, keepalive.
 //! - [`inspect`]: one lock as each group sees it; group health.
+//! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
 //! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
 //! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
 
@@ -34,6 +35,7 @@ pub mod config;
 pub mod error;
 mod group;
 pub mod inspect;
+pub mod install;
 pub mod lab;
 pub mod lease;
 pub mod lock;
