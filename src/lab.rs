@@ -37,6 +37,8 @@ const POLL_INTERVAL: Duration = Duration::from_millis(20);
 const CONTROL_TIMEOUT: Duration = Duration::from_millis(500);
 /// Short because a frozen or wedged node must not stall a status table.
 const STATUS_TIMEOUT: Duration = Duration::from_millis(200);
+/// Attempts at starting on free ports before a port taken in the meantime is reported.
+const FREE_PORT_ATTEMPTS: usize = 3;
 /// Guards against a typo such as `--groups 5000` spawning thousands of processes.
 const MAX_NODES: usize = 200;
 
@@ -294,21 +296,39 @@ impl Lab {
         spec.validate()?;
         let dir = prepare_dir(&spec.dir)?;
         refuse_if_running(&dir)?;
+        let spec = LabSpec { dir, ..spec };
+        let mut attempt = 1;
+        loop {
+            match Lab::start_once(&spec, &redis).await {
+                // Free ports are released before redis-server binds them, so another process
+                // (often a lab started at the same moment) can take one in between.
+                Err(LabError::PortTaken { port, .. })
+                    if spec.base_port.is_none() && attempt < FREE_PORT_ATTEMPTS =>
+                {
+                    tracing::debug!(port, attempt, "lab: a free port was taken; retrying");
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    async fn start_once(spec: &LabSpec, redis: &Path) -> Result<Lab, LabError> {
         let ports = match spec.base_port {
             Some(base) => consecutive_ports(base, spec.node_count())?,
             None => free_ports(spec.node_count())?,
         };
-        let slots = layout(&spec, &ports);
+        let slots = layout(spec, &ports);
         if spec.base_port.is_some() {
             ensure_free(&slots)?;
         }
-        let spec = LabSpec { dir, ..spec };
-        let confs = render_confs(&spec, &slots);
+        let confs = render_confs(spec, &slots);
+        let deadline = Instant::now() + START_TIMEOUT;
 
         // From here on `lab` owns every spawned process: an early return drops it, which kills them.
         let mut lab = Lab {
             state: LabState {
-                spec,
+                spec: spec.clone(),
                 nodes: Vec::new(),
                 frozen: BTreeSet::new(),
             },
@@ -322,19 +342,18 @@ impl Lab {
         // Replicas connect from a once-a-second cron, so starting them only after their masters
         // listen saves up to a second of waiting.
         for (slot, conf) in masters {
-            lab.spawn_new(&redis, slot, conf)?;
+            lab.spawn_new(redis, slot, conf)?;
         }
         lab.write_state()?;
         let master_indexes: Vec<usize> = (0..lab.state.nodes.len()).collect();
-        lab.wait_until(&master_indexes, Readiness::Answers, START_TIMEOUT)
+        lab.wait_until(&master_indexes, Readiness::Answers, deadline)
             .await?;
         for (slot, conf) in others {
-            lab.spawn_new(&redis, slot, conf)?;
+            lab.spawn_new(redis, slot, conf)?;
         }
         lab.write_state()?;
         let all: Vec<usize> = (0..lab.state.nodes.len()).collect();
-        lab.wait_until(&all, Readiness::Serving, START_TIMEOUT)
-            .await?;
+        lab.wait_until(&all, Readiness::Serving, deadline).await?;
         let config_path = lab.config_path();
         write_file(&config_path, &lab.topology().to_toml())?;
         Ok(lab)
@@ -473,7 +492,7 @@ impl Lab {
             self.respawn(&redis, index)?;
         }
         self.write_state()?;
-        self.wait_until(&dead, Readiness::Answers, RESTART_TIMEOUT)
+        self.wait_until(&dead, Readiness::Answers, Instant::now() + RESTART_TIMEOUT)
             .await?;
         Ok(dead.iter().map(|&index| self.node(index, group)).collect())
     }
@@ -527,11 +546,15 @@ impl Lab {
     }
 
     fn records(&self, kind: NodeKind) -> impl Iterator<Item = &NodeRecord> {
-        self.state.nodes.iter().filter(move |node| node.kind == kind)
+        self.state
+            .nodes
+            .iter()
+            .filter(move |node| node.kind == kind)
     }
 
     fn group_indexes(&self, group: usize) -> impl Iterator<Item = usize> + '_ {
-        (0..self.state.nodes.len()).filter(move |&index| self.state.nodes[index].group == Some(group))
+        (0..self.state.nodes.len())
+            .filter(move |&index| self.state.nodes[index].group == Some(group))
     }
 
     fn node(&self, index: usize, group: usize) -> Node {
@@ -676,8 +699,10 @@ impl Lab {
             conf,
             log: node_dir.join("redis.log"),
         };
-        // A leftover dump from an earlier lab in this directory would be loaded at start-up.
+        // A leftover dump from an earlier lab in this directory would be loaded at start-up, and
+        // an old log could make a start-up failure look like an earlier one.
         remove_if_present(&node_dir.join("dump.rdb"))?;
+        remove_if_present(&record.log)?;
         let child = spawn(redis, &record)?;
         record.pid = child.id();
         self.children.insert(record.pid, child);
@@ -706,7 +731,7 @@ impl Lab {
         &mut self,
         indexes: &[usize],
         readiness: Readiness,
-        timeout: Duration,
+        deadline: Instant,
     ) -> Result<(), LabError> {
         let started = Instant::now();
         loop {
@@ -714,7 +739,7 @@ impl Lab {
             let Some(pending) = self.first_pending(indexes, readiness).await else {
                 return Ok(());
             };
-            if started.elapsed() >= timeout {
+            if Instant::now() >= deadline {
                 return Err(LabError::NotReady {
                     waited_ms: started.elapsed().as_millis(),
                     pending,
@@ -763,20 +788,29 @@ impl Lab {
         let spec = &self.state.spec;
         for (group, master) in self.records(NodeKind::Master).enumerate() {
             let service = group_name(group);
-            let reply =
-                resp::call(sentinel.port, &["SENTINEL", "MASTER", &service], CONTROL_TIMEOUT)
-                    .await?;
+            let reply = resp::call(
+                sentinel.port,
+                &["SENTINEL", "MASTER", &service],
+                CONTROL_TIMEOUT,
+            )
+            .await?;
             let fields = field_map(&reply);
             let field = |key: &str| fields.get(key).map(String::as_str).unwrap_or("?");
             let expected = [
                 ("port", master.port.to_string()),
                 ("flags", "master".to_string()),
                 ("num-slaves", spec.replicas.to_string()),
-                ("num-other-sentinels", spec.sentinels.saturating_sub(1).to_string()),
+                (
+                    "num-other-sentinels",
+                    spec.sentinels.saturating_sub(1).to_string(),
+                ),
             ];
             for (key, want) in expected {
                 if field(key) != want {
-                    return Err(format!("{service} {key} is {}, waiting for {want}", field(key)));
+                    return Err(format!(
+                        "{service} {key} is {}, waiting for {want}",
+                        field(key)
+                    ));
                 }
             }
         }
@@ -896,7 +930,9 @@ fn consecutive_ports(base: u16, count: usize) -> Result<Vec<u16>, LabError> {
             usize::from(u16::MAX) + 1 - count
         )));
     }
-    Ok((0..count).filter_map(|offset| u16::try_from(usize::from(base) + offset).ok()).collect())
+    Ok((0..count)
+        .filter_map(|offset| u16::try_from(usize::from(base) + offset).ok())
+        .collect())
 }
 
 /// Holds every listener until all ports are read, so the OS cannot hand out one port twice.
@@ -929,7 +965,11 @@ fn ensure_free(slots: &[Slot]) -> Result<(), LabError> {
 fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
     let mut named = Vec::with_capacity(spec.node_count());
     for group in 0..spec.groups {
-        named.push((format!("g{}-master", group + 1), Some(group), NodeKind::Master));
+        named.push((
+            format!("g{}-master", group + 1),
+            Some(group),
+            NodeKind::Master,
+        ));
     }
     for group in 0..spec.groups {
         for replica in 0..spec.replicas {
@@ -938,7 +978,11 @@ fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
         }
     }
     for sentinel in 0..spec.sentinels {
-        named.push((format!("sentinel{}", sentinel + 1), None, NodeKind::Sentinel));
+        named.push((
+            format!("sentinel{}", sentinel + 1),
+            None,
+            NodeKind::Sentinel,
+        ));
     }
     named
         .into_iter()
@@ -1165,7 +1209,10 @@ async fn ping(port: u16) -> Result<(), String> {
 async fn replica_link_up(port: u16) -> Result<(), String> {
     let reply = resp::call(port, &["INFO", "replication"], CONTROL_TIMEOUT).await?;
     let info = reply.text().unwrap_or_default();
-    if info.lines().any(|line| line.trim() == "master_link_status:up") {
+    if info
+        .lines()
+        .any(|line| line.trim() == "master_link_status:up")
+    {
         Ok(())
     } else {
         Err("replication link to its master is not up yet".into())
@@ -1389,7 +1436,10 @@ mod tests {
         assert!(sentinel.contains("sentinel monitor g3 127.0.0.1 7002 2\n"));
         assert!(sentinel.contains("sentinel known-replica g3 127.0.0.1 7007\n"));
         assert_eq!(sentinel.matches("sentinel known-sentinel g1 ").count(), 2);
-        assert!(!sentinel.contains("127.0.0.1 7010 "), "a Sentinel must not know itself");
+        assert!(
+            !sentinel.contains("127.0.0.1 7010 "),
+            "a Sentinel must not know itself"
+        );
         let id = sentinel
             .lines()
             .find_map(|line| line.strip_prefix("sentinel myid "))

@@ -25,7 +25,10 @@ async fn exchange(
 ) -> Option<String> {
     let attempt = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        stream.write_all(format!("{command}\r\n").as_bytes()).await.ok()?;
+        stream
+            .write_all(format!("{command}\r\n").as_bytes())
+            .await
+            .ok()?;
         let mut reply = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
@@ -58,7 +61,10 @@ async fn answers_ping(port: u16) -> bool {
 async fn sentinel_master(port: u16, service: &str) -> HashMap<String, String> {
     let complete = |text: &str| {
         let lines: Vec<&str> = text.split("\r\n").collect();
-        let count: usize = lines[0].trim_start_matches('*').parse().unwrap_or(usize::MAX);
+        let count: usize = lines[0]
+            .trim_start_matches('*')
+            .parse()
+            .unwrap_or(usize::MAX);
         lines.len() > 2 * count.min(10_000)
     };
     let command = format!("SENTINEL MASTER {service}");
@@ -125,7 +131,10 @@ async fn start(spec: LabSpec) -> Lab {
     let started = Instant::now();
     let shape = format!("{} groups, {} Sentinels", spec.groups, spec.sentinels);
     let lab = Lab::start(spec).await.expect("lab starts");
-    eprintln!("Lab::start ({shape}) took {} ms", started.elapsed().as_millis());
+    eprintln!(
+        "Lab::start ({shape}) took {} ms",
+        started.elapsed().as_millis()
+    );
     lab
 }
 
@@ -147,16 +156,30 @@ async fn start_serves_every_group_and_drop_kills_every_process() {
     assert_eq!(Topology::from_toml(&written).expect("valid TOML"), topology);
 
     for group in 0..5 {
-        let master = lab.master_of(group).await.expect("Sentinel names the master");
+        let master = lab
+            .master_of(group)
+            .await
+            .expect("Sentinel names the master");
         assert_eq!((master.group, master.kind), (group, NodeKind::Master));
-        assert!(answers_ping(master.port).await, "g{} master answers", group + 1);
+        assert!(
+            answers_ping(master.port).await,
+            "g{} master answers",
+            group + 1
+        );
     }
     // The pre-seeded configs make every Sentinel know its peers and the replicas at once.
     for sentinel in &topology.groups[0].sentinels {
-        let port: u16 = sentinel.rsplit(':').next().and_then(|p| p.parse().ok()).expect("port");
+        let port: u16 = sentinel
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("port");
         for group in &topology.groups {
             let fields = sentinel_master(port, &group.name).await;
-            assert_eq!(fields.get("num-other-sentinels").map(String::as_str), Some("2"));
+            assert_eq!(
+                fields.get("num-other-sentinels").map(String::as_str),
+                Some("2")
+            );
             assert_eq!(fields.get("num-slaves").map(String::as_str), Some("1"));
         }
     }
@@ -165,7 +188,11 @@ async fn start_serves_every_group_and_drop_kills_every_process() {
     assert_eq!(statuses.len(), 13);
     for status in &statuses {
         assert!(status.alive && !status.frozen, "{status:?}");
-        assert_eq!(status.role.as_deref(), Some(status.kind.to_string().as_str()), "{status:?}");
+        assert_eq!(
+            status.role.as_deref(),
+            Some(status.kind.to_string().as_str()),
+            "{status:?}"
+        );
     }
 
     let pids = lab.pids();
@@ -177,7 +204,10 @@ async fn start_serves_every_group_and_drop_kills_every_process() {
         assert!(gone(pid), "PID {pid} survived dropping the lab");
     }
     assert_eq!(processes_in(dir.path()), Vec::<u32>::new());
-    assert!(!state_file.exists(), "an owned lab's state file goes with it");
+    assert!(
+        !state_file.exists(),
+        "an owned lab's state file goes with it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,19 +230,28 @@ async fn kill_promotes_the_replica_and_restart_brings_the_node_back() {
     .expect("Sentinel promotes the replica within 20 s");
     eprintln!("failover took {} ms", killed_at.elapsed().as_millis());
     assert_eq!(promoted.kind, NodeKind::Replica);
-    let role = exchange(promoted.port, "ROLE", PING_WITHIN, |text| text.contains("master"))
-        .await;
+    let role = exchange(promoted.port, "ROLE", PING_WITHIN, |text| {
+        text.contains("master")
+    })
+    .await;
     assert!(role.is_some(), "the promoted replica reports itself master");
     // The other groups are untouched.
     assert_eq!(lab.master_of(0).await.expect("g1").kind, NodeKind::Master);
 
     let restarted = lab.restart(1).await.expect("restart g2");
-    assert_eq!(restarted.len(), 1, "only the dead node is restarted: {restarted:?}");
+    assert_eq!(
+        restarted.len(),
+        1,
+        "only the dead node is restarted: {restarted:?}"
+    );
     assert_eq!(restarted[0].port, killed.port);
     assert_ne!(restarted[0].pid, killed.pid);
     assert!(answers_ping(killed.port).await);
     let status = lab.status().await;
-    let back = status.iter().find(|node| node.port == killed.port).expect("listed");
+    let back = status
+        .iter()
+        .find(|node| node.port == killed.port)
+        .expect("listed");
     assert!(back.alive && back.pid == restarted[0].pid, "{back:?}");
 }
 
@@ -222,18 +261,45 @@ async fn a_frozen_master_answers_nothing_until_thawed() {
     let mut lab = start(spec(dir.path(), 3)).await;
 
     let frozen = lab.freeze(2).await.expect("freeze g3's master");
-    assert!(!answers_ping(frozen.port).await, "a frozen master must not answer");
+    assert!(
+        !answers_ping(frozen.port).await,
+        "a frozen master must not answer"
+    );
     let status = lab.status().await;
-    let row = status.iter().find(|node| node.port == frozen.port).expect("listed");
+    let row = status
+        .iter()
+        .find(|node| node.port == frozen.port)
+        .expect("listed");
     assert!(row.alive && row.frozen && row.role.is_none(), "{row:?}");
-    assert!(lab.thaw(0).await.expect("thaw g1").is_empty(), "nothing frozen in g1");
+    assert!(
+        lab.thaw(0).await.expect("thaw g1").is_empty(),
+        "nothing frozen in g1"
+    );
 
     let thawed = lab.thaw(2).await.expect("thaw g3");
-    assert_eq!(thawed.iter().map(|node| node.port).collect::<Vec<_>>(), vec![frozen.port]);
-    assert!(answers_ping(frozen.port).await, "a thawed master answers again");
+    assert_eq!(
+        thawed.iter().map(|node| node.port).collect::<Vec<_>>(),
+        vec![frozen.port]
+    );
+    assert!(
+        answers_ping(frozen.port).await,
+        "a thawed master answers again"
+    );
     let status = lab.status().await;
-    let row = status.iter().find(|node| node.port == frozen.port).expect("listed");
+    let row = status
+        .iter()
+        .find(|node| node.port == frozen.port)
+        .expect("listed");
     assert!(row.alive && !row.frozen, "{row:?}");
+
+    // Dropping the lab must also end a process that is stopped.
+    let frozen_again = lab.freeze(0).await.expect("freeze g1's master");
+    drop(lab);
+    assert!(
+        gone(frozen_again.pid),
+        "a frozen PID survived dropping the lab"
+    );
+    assert_eq!(processes_in(dir.path()), Vec::<u32>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,11 +327,21 @@ async fn a_taken_base_port_is_refused_before_anything_starts() {
     .await
     .err()
     .expect("start must refuse a taken port");
-    assert!(matches!(error, LabError::PortTaken { port, .. } if port == taken), "{error:?}");
+    assert!(
+        matches!(error, LabError::PortTaken { port, .. } if port == taken),
+        "{error:?}"
+    );
     let message = error.to_string();
-    assert!(message.contains(&taken.to_string()) && message.contains("--base-port"), "{message}");
+    assert!(
+        message.contains(&taken.to_string()) && message.contains("--base-port"),
+        "{message}"
+    );
     assert_eq!(processes_in(dir.path()), Vec::<u32>::new());
-    assert!(!dir.path().join("lab.json").exists());
+    let created: Vec<_> = std::fs::read_dir(dir.path()).expect("dir").collect();
+    assert!(
+        created.is_empty(),
+        "nothing may be written or spawned first: {created:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -288,22 +364,37 @@ async fn stop_removes_the_state_and_open_needs_a_running_lab() {
     assert!(topology.groups[0].sentinels.is_empty());
 
     // Restart without a dead node restarts the master, empty.
-    assert_eq!(simple(master.port, "SET probe 1").await.as_deref(), Some("+OK"));
+    assert_eq!(
+        simple(master.port, "SET probe 1").await.as_deref(),
+        Some("+OK")
+    );
     let restarted = lab.restart(0).await.expect("restart g1");
     assert_eq!(restarted.len(), 1);
     assert_eq!(restarted[0].port, master.port);
     assert_ne!(restarted[0].pid, master.pid);
     assert!(gone(master.pid));
-    assert_eq!(simple(master.port, "EXISTS probe").await.as_deref(), Some(":0"));
+    assert_eq!(
+        simple(master.port, "EXISTS probe").await.as_deref(),
+        Some(":0")
+    );
 
     // A second process attaches through the state file and leaves the lab running.
     let attached = Lab::open(dir.path()).expect("attach");
     assert_eq!(attached.pids(), lab.pids());
     assert_eq!(attached.topology(), topology);
     drop(attached);
-    assert!(answers_ping(master.port).await, "dropping an attached lab must not stop it");
-    let again = Lab::start(LabSpec::new(dir.path())).await.err().expect("refused");
-    assert!(matches!(again, LabError::AlreadyRunning { .. }), "{again:?}");
+    assert!(
+        answers_ping(master.port).await,
+        "dropping an attached lab must not stop it"
+    );
+    let again = Lab::start(LabSpec::new(dir.path()))
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(again, LabError::AlreadyRunning { .. }),
+        "{again:?}"
+    );
 
     let pids = lab.pids();
     let state_file: PathBuf = dir.path().join("lab.json");
@@ -315,38 +406,4 @@ async fn stop_removes_the_state_and_open_needs_a_running_lab() {
     assert_eq!(processes_in(dir.path()), Vec::<u32>::new());
     let error = Lab::open(dir.path()).err().expect("stopped");
     assert!(matches!(error, LabError::NoLab { .. }), "{error:?}");
-}
-
-// DEV ONLY (remove before finishing): compile-check and smoke-run src/cli/lab.rs.
-mod lab {
-    pub use quorumlock::lab::*;
-}
-mod error {
-    pub use quorumlock::error::*;
-}
-#[path = "../src/cli/lab.rs"]
-mod cli_lab;
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_cli_smoke() {
-    use cli_lab::{LabCommand, run};
-    let dir = tempfile::tempdir().expect("temp dir");
-    let d = dir.path();
-    run(LabCommand::Up { base_port: None, groups: 3, replicas: 1, sentinels: 3, down_after_ms: 500, failover_timeout_ms: 2000 }, d).await.expect("up");
-    let again = run(LabCommand::Up { base_port: None, groups: 3, replicas: 1, sentinels: 3, down_after_ms: 500, failover_timeout_ms: 2000 }, d).await;
-    eprintln!("second up: {again:?}");
-    run(LabCommand::Status { json: false }, d).await.expect("status");
-    eprintln!("kill 0: {:?}", run(LabCommand::Kill { group: 0 }, d).await);
-    eprintln!("kill 4: {:?}", run(LabCommand::Kill { group: 4 }, d).await);
-    run(LabCommand::Kill { group: 2 }, d).await.expect("kill");
-    run(LabCommand::Freeze { group: 1 }, d).await.expect("freeze");
-    run(LabCommand::Status { json: false }, d).await.expect("status");
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    run(LabCommand::Status { json: false }, d).await.expect("status");
-    run(LabCommand::Thaw { group: 1 }, d).await.expect("thaw");
-    run(LabCommand::Restart { group: 2 }, d).await.expect("restart");
-    run(LabCommand::Status { json: true }, d).await.expect("status");
-    run(LabCommand::Down, d).await.expect("down");
-    eprintln!("down again: {:?}", run(LabCommand::Down, d).await);
-    assert_eq!(processes_in(d), Vec::<u32>::new());
 }

@@ -113,7 +113,9 @@ pub async fn run(command: LabCommand, dir: &Path) -> anyhow::Result<()> {
             let mut lab = Lab::open(dir)?;
             let node = lab.kill(group_index(&lab, group)?).await?;
             let next = if lab.spec().sentinels == 0 {
-                format!("no Sentinel watches it: g{group} stays down until `quorumlock lab restart {group}`")
+                format!(
+                    "no Sentinel watches it: g{group} stays down until `quorumlock lab restart {group}`"
+                )
             } else {
                 format!(
                     "Sentinel promotes a replica after {} ms of silence",
@@ -168,15 +170,19 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
     let started = Instant::now();
     let lab = Lab::start(spec).await?;
     let spec = lab.spec();
+    let members = match spec.replicas {
+        0 => "master only".to_string(),
+        1 => "master + 1 replica".to_string(),
+        count => format!("master + {count} replicas"),
+    };
     let watchers = match spec.sentinels {
         0 => "no Sentinels".to_string(),
         count => format!("{count} Sentinels"),
     };
     println!(
-        "lab up in {:.1} s: {} groups (master + {} replicas each), {watchers}, {} processes; files in {}",
+        "lab up in {:.1} s: {} groups ({members}), {watchers}, {} processes; files in {}",
         started.elapsed().as_secs_f64(),
         spec.groups,
-        spec.replicas,
         lab.pids().len(),
         lab.dir().display()
     );
@@ -213,7 +219,9 @@ fn group_index(lab: &Lab, group: usize) -> Result<usize, Error> {
     } else {
         Err(Error::InvalidInput {
             field: "GROUP",
-            reason: format!("must be between 1 and {groups} (this lab has g1..g{groups}), got {group}"),
+            reason: format!(
+                "must be between 1 and {groups} (this lab has g1..g{groups}), got {group}"
+            ),
         })
     }
 }
@@ -233,7 +241,8 @@ fn table(nodes: &[NodeStatus]) -> String {
                 (None, _) => "-".to_string(),
             };
             [
-                node.group.map_or("-".to_string(), |group| format!("g{}", group + 1)),
+                node.group
+                    .map_or("-".to_string(), |group| format!("g{}", group + 1)),
                 node.kind.to_string(),
                 node.port.to_string(),
                 node.pid.to_string(),
