@@ -31,6 +31,7 @@
 
 pub mod bench;
 pub mod checker;
+pub mod cli;
 pub mod config;
 pub mod error;
 mod group;
@@ -39,6 +40,7 @@ pub mod install;
 pub mod lab;
 pub mod lease;
 pub mod lock;
+pub mod mcp;
 mod quorum;
 pub mod resource;
 mod scripts;

@@ -4,6 +4,7 @@
 mod bench;
 mod demo;
 pub mod lab;
+pub mod serve;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -68,6 +69,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure acquire latency and lock throughput against a topology.
     Bench(bench::BenchArgs),
+    /// Serve the lock tools to AI agents over MCP (stdio, or streamable HTTP with --http).
+    Serve(serve::ServeArgs),
 }
 
 /// Parses arguments, runs the command, and maps its outcome to an exit code.
@@ -102,6 +105,12 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir).await.map(|()| exit::OK),
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, &cli).await,
+        Command::Serve(args) => {
+            let topology = cli.topology()?.ok_or_else(|| {
+                anyhow::anyhow!("no topology: pass --config FILE, set QUORUMLOCK_CONFIG, or start a lab with `quorumlock lab up`")
+            })?;
+            serve::run(args, topology).await
+        }
     }
 }
 

@@ -1,0 +1,157 @@
+//! `quorumlock serve`: the MCP server for AI agents, on stdio (default) or streamable HTTP
+//! (`--http ADDR`), and `--bench` to measure tool-call round trips against the topology.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::exit;
+use crate::config::Topology;
+use crate::lock::Locks;
+use crate::mcp::bench::{self, BenchOptions};
+use crate::mcp::{
+    BearerToken, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
+    serve_stdio,
+};
+
+const AFTER_HELP: &str = "Without --http the server speaks MCP on stdin/stdout (logs go to stderr), for MCP clients that start it as a subprocess.
+With --http it serves streamable HTTP at http://ADDR/mcp, plus /healthz (no token) and /metrics (Prometheus).
+HTTP requires a bearer token from QUORUMLOCK_MCP_TOKEN or --token-file, except on a loopback address.
+Once listening it prints `quorumlock mcp listening on http://HOST:PORT/mcp` on stderr.
+
+Examples:
+  quorumlock --lab serve                                   # stdio, against the running lab
+  QUORUMLOCK_MCP_TOKEN=$(openssl rand -hex 32) quorumlock --config prod.toml serve --http 0.0.0.0:8848 --allowed-host locks.internal
+  quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP";
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = AFTER_HELP)]
+pub struct ServeArgs {
+    /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8848; port 0 picks a free one) instead of stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// File holding the HTTP bearer token (default: the QUORUMLOCK_MCP_TOKEN environment variable).
+    #[arg(long, value_name = "FILE", requires = "http")]
+    token_file: Option<PathBuf>,
+    /// Host header accepted on /mcp, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
+    #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
+    allowed_hosts: Vec<String>,
+    /// Shortest ttl_ms agents may ask for: a margin against clock drift and process pauses.
+    #[arg(long, env = "QUORUMLOCK_MCP_MIN_TTL_MS", default_value_t = 5_000)]
+    min_ttl_ms: u64,
+    /// Longest ttl_ms agents may ask for (use keepalive for longer work).
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_TTL_MS", default_value_t = 3_600_000)]
+    max_ttl_ms: u64,
+    /// How long a keepalive lease may be renewed before the server releases it. Default: the
+    /// topology's max_hold_ms (1 hour unless configured or set by QUORUMLOCK_MAX_HOLD_MS).
+    #[arg(long)]
+    max_hold_ms: Option<u64>,
+    /// Seconds without requests after which an HTTP session closes and its keepalive leases are released.
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    session_idle_secs: u64,
+    /// Measure acquire_lock + release_lock round trips over stdio and HTTP (p50/p99), then exit.
+    #[arg(long, conflicts_with_all = ["http", "token_file", "allowed_hosts"])]
+    bench: bool,
+    /// Measured rounds per transport for --bench.
+    #[arg(long, default_value_t = 2000, requires = "bench")]
+    bench_rounds: usize,
+}
+
+pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8> {
+    if let Some(max_hold_ms) = args.max_hold_ms {
+        topology.max_hold_ms = max_hold_ms;
+        topology.validate()?;
+    }
+    let limits = Limits {
+        min_ttl: Duration::from_millis(args.min_ttl_ms),
+        max_ttl: Duration::from_millis(args.max_ttl_ms),
+    };
+    limits.validate()?;
+    if args.bench {
+        return run_bench(args, &topology).await;
+    }
+    // Settings are checked before connecting, so a bad flag fails at once.
+    let http = match &args.http {
+        Some(listen) => Some(HttpOptions {
+            listen: listen.clone(),
+            token: BearerToken::load(args.token_file.as_deref())?,
+            allowed_hosts: args.allowed_hosts.clone(),
+            session_idle: Duration::from_secs(args.session_idle_secs),
+        }),
+        None => None,
+    };
+    let locks = Locks::connect(topology).await?;
+    let server = McpServer::new(locks.clone(), limits)?;
+    match http {
+        Some(options) => {
+            serve_http(&server, options, termination(), |addr| {
+                eprintln!("{LISTENING_PREFIX}http://{addr}/mcp");
+            })
+            .await?;
+        }
+        None => {
+            if serve_stdio(&server, termination()).await? == StdioEnd::Shutdown {
+                locks.close().await;
+                // Every lease is released; what may remain is a stdin read blocked on tokio's
+                // blocking pool (stdin or stdout not a pipe), which would keep the runtime, and
+                // so the process, alive until the client wrote again.
+                std::process::exit(i32::from(exit::OK));
+            }
+        }
+    }
+    locks.close().await;
+    Ok(exit::OK)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn termination() {
+    let ctrl_c = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    () = ctrl_c => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM; only Ctrl-C stops the server");
+                ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await;
+}
+
+async fn run_bench(args: &ServeArgs, topology: &Topology) -> anyhow::Result<u8> {
+    // The server children read the topology from a file, so the one in effect here (with
+    // every override applied) is written out for them.
+    let mut config =
+        tempfile::NamedTempFile::new().context("cannot create a temporary config file")?;
+    std::io::Write::write_all(&mut config, topology.to_toml().as_bytes())
+        .context("cannot write the temporary config file")?;
+    let options = BenchOptions {
+        binary: std::env::current_exe()
+            .context("cannot find this executable to start the server")?,
+        config: config.path().to_path_buf(),
+        rounds: args.bench_rounds,
+        warmup: (args.bench_rounds / 10).clamp(50, 500),
+    };
+    eprintln!(
+        "measuring {} acquire_lock + release_lock rounds over stdio, then HTTP",
+        options.rounds
+    );
+    let reports = bench::run(&options).await?;
+    print!("{}", bench::table(&reports));
+    Ok(exit::OK)
+}

@@ -1,0 +1,407 @@
+//! The tool contract: argument and result types of every tool, exactly as agents see them.
+//!
+//! Field names, meanings and doc comments here are the published contract (`docs/mcp.md`);
+//! the doc comments become the JSON Schema descriptions a language model reads, so they say
+//! what a field means and what to do with it. Arguments reject unknown fields, so a typo such
+//! as `ttl` for `ttl_ms` is an error instead of a silently ignored value.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::quorum::{GroupVote, Vote};
+
+/// Default `ttl_ms` of `acquire_lock`.
+pub const DEFAULT_TTL_MS: i64 = 15_000;
+/// Default `limit` of `list_locks`.
+pub const DEFAULT_LIST_LIMIT: i64 = 100;
+
+/// A wall-clock time as agents read it: RFC 3339, UTC, milliseconds.
+pub fn rfc3339(time: std::time::SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+fn default_ttl_ms() -> i64 {
+    DEFAULT_TTL_MS
+}
+
+fn default_list_limit() -> i64 {
+    DEFAULT_LIST_LIMIT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments
+// ---------------------------------------------------------------------------------------------
+
+/// Arguments of `acquire_lock`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireLockArgs {
+    /// Name of the shared thing to lock, e.g. `repo:acme/api:branch:main` or
+    /// `db:orders:migrations`. Everyone who must not act at the same time has to use exactly
+    /// the same name. 1 to 512 bytes of printable text.
+    pub resource: String,
+    /// How long the lock lives, in milliseconds, unless you extend or release it first (or
+    /// set keepalive). Must lie within the server's bounds (by default 5000 to 3600000).
+    #[serde(default = "default_ttl_ms")]
+    pub ttl_ms: i64,
+    /// How long to keep trying, in milliseconds, while someone else holds the lock
+    /// (0 = one attempt, at most 60000). Prefer 0 and act on `retry_after_ms`.
+    #[serde(default)]
+    pub wait_ms: i64,
+    /// Who you are (agent name, host, job id). Shown to everyone who finds the lock held.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Why you hold it, in a few words. Shown to everyone who finds the lock held.
+    #[serde(default)]
+    pub purpose: Option<String>,
+    /// If true, this server renews the lease for you until you call `release_lock`, until your
+    /// session ends (then it releases the lock), or until the server's max hold time. Over
+    /// HTTP a session without any call for the server's idle timeout (default 5 minutes)
+    /// counts as ended, so call `lock_status` now and then while you work.
+    #[serde(default)]
+    pub keepalive: bool,
+}
+
+/// Arguments of `release_lock`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseLockArgs {
+    /// The resource name you passed to `acquire_lock`.
+    pub resource: String,
+    /// The `token` that `acquire_lock` returned (not the fencing_token).
+    pub token: String,
+}
+
+/// Arguments of `extend_lock`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendLockArgs {
+    /// The resource name you passed to `acquire_lock`.
+    pub resource: String,
+    /// The `token` that `acquire_lock` returned (not the fencing_token).
+    pub token: String,
+    /// New lifetime in milliseconds, counted from now (same bounds as `acquire_lock`).
+    pub ttl_ms: i64,
+}
+
+/// Arguments of `lock_status`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LockStatusArgs {
+    /// The resource name to look at.
+    pub resource: String,
+}
+
+/// Arguments of `list_locks`.
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListLocksArgs {
+    /// Only locks whose resource name starts with this text (default: all).
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Most locks to return, 1 to 10000 (default 100).
+    #[serde(default = "default_list_limit")]
+    pub limit: i64,
+}
+
+/// Arguments of `cluster_health` (none).
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterHealthArgs {}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------------------------
+
+/// Result of `acquire_lock`: either you got the lock (`acquired: true`) or someone else holds
+/// it (`acquired: false`, with `holder` and `retry_after_ms`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AcquireLockResult {
+    /// True when you now hold the lock.
+    pub acquired: bool,
+    pub resource: String,
+    /// Secret proof of ownership: pass it to `release_lock` and `extend_lock`. Do not share it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// Grows with every new holder of this resource. Pass it with every write to the protected
+    /// resource, which must reject writes carrying a smaller number than one it has seen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Milliseconds you may rely on holding the lock from now; finish or extend before then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validity_ms: Option<u64>,
+    /// When the validity ends (RFC 3339, this server's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+    /// True when this server renews the lease until you release it or your session ends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<bool>,
+    /// How the vote went: how many groups granted, how many were needed, each group's vote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quorum: Option<QuorumReport>,
+    /// Who holds the lock when you did not get it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderView>,
+    /// When you did not get it: milliseconds after which the current lease runs out unless
+    /// its holder extends it. Do other work and retry after that.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+}
+
+/// The vote behind a grant.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct QuorumReport {
+    /// Groups that granted.
+    pub granted: usize,
+    /// Groups that had to grant (a majority).
+    pub needed: usize,
+    /// Every group's vote.
+    pub groups: Vec<GroupVoteView>,
+}
+
+/// One group's vote.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GroupVoteView {
+    pub group: String,
+    /// `granted`, `held` (someone else holds it there), `fence_ahead`, `not_held`, `timeout`,
+    /// `error`, or `not_awaited` (the vote was decided before this group answered).
+    pub vote: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    /// What went wrong, for `error` votes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Who holds a lock.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HolderView {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// Milliseconds left on the holder's lease (it may extend it).
+    pub remaining_ms: u64,
+}
+
+/// Result of `release_lock`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReleaseLockResult {
+    /// True when the lock was yours and is now free. False when this token did not hold it
+    /// (it expired, was already released, or the token is wrong); the lock was left alone.
+    pub released: bool,
+    pub resource: String,
+    /// How many groups deleted the lock.
+    pub groups_released: usize,
+}
+
+/// Result of `extend_lock`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExtendLockResult {
+    /// True when the lease was renewed. False when this token no longer holds the lock:
+    /// stop writing to the protected resource and acquire it again.
+    pub extended: bool,
+    pub resource: String,
+    /// Milliseconds you may rely on holding the lock from now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validity_ms: Option<u64>,
+    /// When the validity ends (RFC 3339, this server's clock).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+/// Result of `lock_status`. Advisory: the lock may change right after it is read.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LockStatusResult {
+    pub resource: String,
+    /// True when a majority of groups hold the lock under one token.
+    pub held: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder: Option<HolderView>,
+    /// The current holder's fencing token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// Each group's view of the lock.
+    pub groups: Vec<GroupStateView>,
+    /// The keepalive lease this server runs (or ran) for this resource, if any: `renewing`,
+    /// or how it ended (`lost`, `max_hold_reached`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepalive: Option<KeepaliveView>,
+}
+
+/// One group's view of one lock.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GroupStateView {
+    pub group: String,
+    /// `held`, `free`, `timeout` or `error`.
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remaining_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// Highest fencing token this group has committed for the resource.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fence: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A keepalive lease held by this server process.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KeepaliveView {
+    /// `renewing`: this server keeps the lease alive. `lost`: a renewal failed, the lock may
+    /// belong to someone else now: stop writing and acquire again. `max_hold_reached`: the
+    /// server released it after its max hold time.
+    pub state: String,
+    pub fencing_token: u64,
+    /// Why the lease ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When it ended (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<String>,
+}
+
+/// Result of `list_locks`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListLocksResult {
+    /// Held locks, sorted by resource name.
+    pub locks: Vec<ListedLockView>,
+    /// True when more locks matched than `limit`.
+    pub truncated: bool,
+}
+
+/// One held lock.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListedLockView {
+    pub resource: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    pub remaining_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+}
+
+/// Result of `cluster_health`.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ClusterHealthResult {
+    /// True when enough groups answer to grant locks.
+    pub quorum_available: bool,
+    /// Groups that must answer for a lock to be granted.
+    pub needed: usize,
+    /// Groups that answered.
+    pub reachable: usize,
+    pub groups: Vec<GroupHealthView>,
+}
+
+/// One group's health.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GroupHealthView {
+    pub group: String,
+    /// `host:port` of the group's master, when this server knows it (groups configured by
+    /// address; Sentinel groups do not report it yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    pub reachable: bool,
+    /// Round trip of a PING, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl QuorumReport {
+    pub fn from_votes(votes: &[GroupVote], needed: usize) -> QuorumReport {
+        QuorumReport {
+            granted: votes.iter().filter(|v| v.vote == Vote::Granted).count(),
+            needed,
+            groups: votes.iter().map(GroupVoteView::from).collect(),
+        }
+    }
+}
+
+impl From<&GroupVote> for GroupVoteView {
+    fn from(vote: &GroupVote) -> Self {
+        let mut view = GroupVoteView {
+            group: vote.group.clone(),
+            vote: String::new(),
+            remaining_ms: None,
+            owner: None,
+            purpose: None,
+            fence: None,
+            message: None,
+        };
+        view.vote = match &vote.vote {
+            Vote::Granted => "granted",
+            Vote::Held {
+                owner,
+                purpose,
+                remaining_ms,
+            } => {
+                view.owner.clone_from(owner);
+                view.purpose.clone_from(purpose);
+                view.remaining_ms = Some(*remaining_ms);
+                "held"
+            }
+            Vote::FenceAhead { fence } => {
+                view.fence = Some(*fence);
+                "fence_ahead"
+            }
+            Vote::NotHeld => "not_held",
+            Vote::Timeout => "timeout",
+            Vote::Error { message } => {
+                view.message = Some(message.clone());
+                "error"
+            }
+            Vote::NotAwaited => "not_awaited",
+        }
+        .to_string();
+        view
+    }
+}
+
+impl From<crate::error::Holder> for HolderView {
+    fn from(holder: crate::error::Holder) -> Self {
+        HolderView {
+            owner: holder.owner,
+            purpose: holder.purpose,
+            remaining_ms: holder.remaining_ms,
+        }
+    }
+}
+
+impl From<crate::inspect::GroupView> for GroupStateView {
+    fn from(view: crate::inspect::GroupView) -> Self {
+        GroupStateView {
+            group: view.group,
+            state: view.state,
+            remaining_ms: view.remaining_ms,
+            owner: view.owner,
+            purpose: view.purpose,
+            fence: view.fence,
+            error: view.error,
+        }
+    }
+}
+
+impl From<crate::inspect::ListedLock> for ListedLockView {
+    fn from(lock: crate::inspect::ListedLock) -> Self {
+        ListedLockView {
+            resource: lock.resource,
+            owner: lock.owner,
+            purpose: lock.purpose,
+            remaining_ms: lock.remaining_ms,
+            fencing_token: lock.fencing_token,
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The rmcp server handler: server info, tool dispatch with per-call metrics, and which
+//! session a request belongs to.
+//!
+//! A [`LockServer`] is only a pointer to the shared state plus the transport it serves; rmcp
+//! may build one per session or one per request, and either is fine because sessions live in
+//! the shared registry.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::ToolCallContext;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Extensions, Implementation, ServerCapabilities,
+    ServerConfig,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
+
+use super::Limits;
+use super::metrics::Metrics;
+use super::sessions::{SessionKey, SessionRegistry, level_rank};
+use crate::lock::Locks;
+
+/// The header that carries the HTTP session id.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+const INSTRUCTIONS: &str = "Distributed locks for agents that share resources (repositories, branches, databases, files, deployments). \
+A lock is granted only when a majority of independent Redis groups agree. \
+Before touching a shared resource: call acquire_lock with a resource name everyone agrees on, your owner name and purpose. \
+If acquired, pass fencing_token with every write to the protected resource, finish within validity_ms (or extend_lock, or use keepalive: true for long work), then release_lock with the token. \
+If acquired is false, someone else holds it: do other work and retry after retry_after_ms. \
+A tool error about quorum means the lock service itself is degraded: check cluster_health, and never proceed as if you held the lock.";
+
+/// What every handler instance shares.
+pub struct Shared {
+    pub locks: Locks,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    pub sessions: Arc<SessionRegistry>,
+    pub router: ToolRouter<LockServer>,
+}
+
+impl Shared {
+    pub fn new(locks: Locks, limits: Limits) -> Shared {
+        let metrics = Arc::new(Metrics::new());
+        Shared {
+            locks,
+            limits,
+            sessions: Arc::new(SessionRegistry::new(Arc::clone(&metrics))),
+            metrics,
+            router: LockServer::tool_router(),
+        }
+    }
+}
+
+/// Which transport a handler serves, which decides how requests map to sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// One session for the life of the process.
+    Stdio,
+    /// Sessions named by the `Mcp-Session-Id` header; requests without one have no session.
+    Http,
+}
+
+/// The MCP handler for the lock tools.
+#[derive(Clone)]
+pub struct LockServer {
+    shared: Arc<Shared>,
+    transport: Transport,
+}
+
+impl LockServer {
+    pub(crate) fn new(shared: Arc<Shared>, transport: Transport) -> LockServer {
+        LockServer { shared, transport }
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// The session a request belongs to, if it has one.
+    pub(crate) fn session(&self, extensions: &Extensions) -> Option<SessionKey> {
+        match self.transport {
+            Transport::Stdio => Some(SessionKey::stdio()),
+            Transport::Http => extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|parts| parts.headers.get(SESSION_HEADER))
+                .and_then(|value| value.to_str().ok())
+                .map(SessionKey::http),
+        }
+    }
+}
+
+// The macro adds list_tools and get_tool over the shared router; call_tool is written out
+// below so that every call is timed and an unknown tool gets a helpful error.
+#[tool_handler(router = self.shared.router)]
+impl ServerHandler for LockServer {
+    fn get_info(&self) -> ServerConfig {
+        // Logging is deprecated by SEP-2577, yet it is how a session learns that a keepalive
+        // lease was lost; the capability has to be declared for clients to accept the messages.
+        #[allow(deprecated)]
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        ServerConfig::new(capabilities)
+            .with_server_info(Implementation::new("quorumlock", env!("CARGO_PKG_VERSION")))
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let router = &self.shared.router;
+        let name = request.name.to_string();
+        if !router.has_route(&name) {
+            let known: Vec<String> = router
+                .list_all()
+                .into_iter()
+                .map(|tool| tool.name.to_string())
+                .collect();
+            return Err(McpError::invalid_params(
+                format!(
+                    "unknown tool `{name}` (field `name`); this server has: {}",
+                    known.join(", ")
+                ),
+                None,
+            ));
+        }
+        let started = Instant::now();
+        let response = router
+            .call(ToolCallContext::new(self, request, context))
+            .await;
+        let ok = match &response {
+            Ok(CallToolResponse::Complete(result)) => result.is_error != Some(true),
+            Ok(_) => true,
+            Err(_) => false,
+        };
+        self.shared.metrics.tool_call(&name, ok, started.elapsed());
+        response
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let rank = level_rank(request.level);
+        if let Some(session) = self.session(&context.extensions) {
+            self.shared.sessions.set_min_level(&session, rank);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` for
+//! load balancers), bearer authentication, and a graceful shutdown that releases every
+//! keepalive lease before the process exits.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{BearerToken, require_bearer};
+use super::handler::{LockServer, Transport};
+use super::http_sessions::TrackedSessions;
+use super::metrics::{CONTENT_TYPE, Metrics};
+use super::{McpServer, RELEASE_ON_SHUTDOWN_TIMEOUT, ServeError};
+
+/// Largest request body accepted on `/mcp`. Big enough that a 1 MB argument reaches argument
+/// validation (and gets an error naming its field); anything larger is refused with 413.
+pub const MAX_REQUEST_BYTES: usize = 2 * 1024 * 1024;
+/// Default idle time after which an HTTP session closes and its keepalive leases are released.
+pub const DEFAULT_SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// How to serve HTTP.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// `host:port` to listen on; port 0 picks a free port.
+    pub listen: String,
+    /// Required on every route but `/healthz`. Must be set unless `listen` is loopback.
+    pub token: Option<BearerToken>,
+    /// `Host` header values accepted on `/mcp` (DNS-rebinding protection). Empty: loopback
+    /// names only.
+    pub allowed_hosts: Vec<String>,
+    /// A session without requests for this long is closed and its keepalive leases released.
+    pub session_idle: Duration,
+}
+
+impl HttpOptions {
+    pub fn new(listen: impl Into<String>) -> HttpOptions {
+        HttpOptions {
+            listen: listen.into(),
+            token: None,
+            allowed_hosts: Vec::new(),
+            session_idle: DEFAULT_SESSION_IDLE,
+        }
+    }
+}
+
+/// Serves MCP over streamable HTTP until `shutdown` resolves. `on_listening` gets the bound
+/// address (useful with port 0) once requests can be accepted. On shutdown: stop accepting,
+/// end every session, release every keepalive lease, then return.
+pub async fn serve_http(
+    server: &McpServer,
+    options: HttpOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(&options.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: options.listen.clone(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Http)?;
+    if options.token.is_none() && !addr.ip().is_loopback() {
+        return Err(ServeError::TokenRequired { addr });
+    }
+    if options.token.is_none() {
+        tracing::warn!(%addr, "serving HTTP without a bearer token (allowed on loopback only); set QUORUMLOCK_MCP_TOKEN to require one");
+    }
+    if options.allowed_hosts.is_empty() && !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "no --allowed-host given: /mcp only accepts Host headers naming localhost, 127.0.0.1 or ::1");
+    }
+
+    let stop = CancellationToken::new();
+    let mut config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(stop.child_token())
+        .with_max_request_body_bytes(MAX_REQUEST_BYTES);
+    if !options.allowed_hosts.is_empty() {
+        config = config.with_allowed_hosts(options.allowed_hosts.clone());
+    }
+    let shared = Arc::clone(&server.shared);
+    let sessions = Arc::new(TrackedSessions::new(
+        Arc::clone(&shared.sessions),
+        options.session_idle,
+    ));
+    let mcp = StreamableHttpService::new(
+        move || Ok(LockServer::new(Arc::clone(&shared), Transport::Http)),
+        sessions,
+        config,
+    );
+    let protected = Router::new()
+        .nest_service("/mcp", mcp)
+        .route(
+            "/metrics",
+            get(metrics).with_state(Arc::clone(&server.shared.metrics)),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            options.token.clone(),
+            require_bearer,
+        ));
+    let app = Router::new()
+        .route("/healthz", get(healthz))
+        .merge(protected);
+
+    on_listening(addr);
+    let stopping = stop.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!(
+                "shutting down: no new connections; closing sessions and releasing keepalive leases"
+            );
+            stopping.cancel();
+        })
+        .await
+        .map_err(ServeError::Http)?;
+    stop.cancel();
+    server.release_all(RELEASE_ON_SHUTDOWN_TIMEOUT).await;
+    Ok(())
+}
+
+async fn healthz() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        "{\"status\":\"ok\"}\n",
+    )
+        .into_response()
+}
+
+async fn metrics(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.encode() {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(error) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot encode metrics: {error}\n"),
+        )
+            .into_response(),
+    }
+}

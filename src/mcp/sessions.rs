@@ -1,0 +1,398 @@
+//! Keepalive leases by session: the only state an MCP server process keeps.
+//!
+//! A keepalive lease belongs to the session that acquired it and lives until `release_lock`,
+//! until the engine's `max_hold` cap, until a renewal fails, or until its session ends
+//! (stdio: stdin closed; HTTP: session deleted or expired), whichever comes first; then the
+//! lock is released. The registry is shared by every handler instance, because rmcp may build
+//! a fresh handler per request: nothing per-session lives in a handler.
+//!
+//! Each lease is owned by one task that waits for either its end or a stop request; stopping
+//! means releasing. How a lease ended (lost, capped) is remembered per resource so that
+//! `lock_status` can tell the agent, and the session gets a logging notification.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use rmcp::{Peer, RoleServer};
+use tokio::sync::{oneshot, watch};
+
+use super::contract::{KeepaliveView, rfc3339};
+use super::metrics::Metrics;
+use crate::error::Error;
+use crate::lease::{KeptLease, LeaseEnd};
+use crate::lock::Released;
+
+/// How many ended leases are remembered for `lock_status`; the oldest are forgotten first.
+const MAX_ENDED_RECORDS: usize = 4096;
+
+/// Identifies one MCP session: the HTTP `Mcp-Session-Id`, or the single stdio session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SessionKey(Arc<str>);
+
+impl SessionKey {
+    pub fn stdio() -> SessionKey {
+        SessionKey(Arc::from("stdio"))
+    }
+
+    pub fn http(session_id: &str) -> SessionKey {
+        SessionKey(Arc::from(format!("http:{session_id}")))
+    }
+}
+
+/// A logging level's rank in the MCP spec's order (debug lowest), so thresholds compare.
+// rmcp marks logging deprecated (SEP-2577); see `notify_lease_end` for why it is still used.
+#[allow(deprecated)]
+pub const fn level_rank(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel;
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// The level of the notification sent when a keepalive lease ends by itself.
+#[allow(deprecated)]
+const LEVEL_WARNING: u8 = level_rank(rmcp::model::LoggingLevel::Warning);
+
+type ReleaseResponder = oneshot::Sender<Result<Released, Error>>;
+
+struct SessionEntry {
+    /// Lowest level of logging notification the client wants (see [`level_rank`]).
+    min_level: u8,
+}
+
+struct LeaseEntry {
+    session: SessionKey,
+    resource: String,
+    fencing_token: u64,
+    /// Dropping this without sending also stops the lease (and releases it).
+    stop: oneshot::Sender<ReleaseResponder>,
+}
+
+struct EndedLease {
+    view: KeepaliveView,
+    ended: SystemTime,
+}
+
+#[derive(Default)]
+struct State {
+    sessions: HashMap<SessionKey, SessionEntry>,
+    /// Live keepalive leases by token.
+    leases: HashMap<String, LeaseEntry>,
+    /// The last keepalive lease of a resource that ended other than by release.
+    ended: HashMap<String, EndedLease>,
+    /// Set at shutdown: no session may open and no lease may be adopted after it.
+    closed: bool,
+}
+
+/// Why a lease could not be adopted; the lease comes back so the caller releases it.
+pub struct AdoptError {
+    pub lease: KeptLease,
+}
+
+/// The shared registry of sessions and their keepalive leases.
+pub struct SessionRegistry {
+    state: Mutex<State>,
+    /// Lease tasks still running (they may be mid-release), so shutdown can wait for them.
+    running: watch::Sender<usize>,
+    metrics: Arc<Metrics>,
+}
+
+impl SessionRegistry {
+    pub fn new(metrics: Arc<Metrics>) -> SessionRegistry {
+        SessionRegistry {
+            state: Mutex::new(State::default()),
+            running: watch::Sender::new(0),
+            metrics,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain maps behind, still consistent enough to
+        // release leases from; refusing to serve would be worse.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts tracking a session. Returns false during shutdown.
+    pub fn open(&self, session: SessionKey) -> bool {
+        let mut state = self.lock();
+        if state.closed {
+            return false;
+        }
+        state
+            .sessions
+            .entry(session)
+            .or_insert(SessionEntry { min_level: 0 });
+        true
+    }
+
+    pub fn is_open(&self, session: &SessionKey) -> bool {
+        self.lock().sessions.contains_key(session)
+    }
+
+    /// Records the lowest logging level the session's client wants.
+    pub fn set_min_level(&self, session: &SessionKey, level: u8) {
+        if let Some(entry) = self.lock().sessions.get_mut(session) {
+            entry.min_level = level;
+        }
+    }
+
+    /// Ends a session: stops and releases each of its keepalive leases and waits until they are
+    /// released (or `timeout` passes; their TTL frees them anyway).
+    pub async fn close(&self, session: &SessionKey, timeout: Duration) {
+        let stops = {
+            let mut state = self.lock();
+            state.sessions.remove(session);
+            let tokens: Vec<String> = state
+                .leases
+                .iter()
+                .filter(|(_, lease)| &lease.session == session)
+                .map(|(token, _)| token.clone())
+                .collect();
+            tokens
+                .iter()
+                .filter_map(|token| state.leases.remove(token))
+                .collect::<Vec<_>>()
+        };
+        if stops.is_empty() {
+            return;
+        }
+        tracing::info!(
+            leases = stops.len(),
+            "MCP session ended; releasing its keepalive leases"
+        );
+        let releases = stops.into_iter().map(stop_lease);
+        if tokio::time::timeout(timeout, futures::future::join_all(releases))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "releasing a closed session's keepalive leases timed out; their TTL will free them"
+            );
+        }
+    }
+
+    /// Shutdown: refuses new sessions and leases, closes every session and waits until every
+    /// lease task has finished releasing.
+    pub async fn shutdown(&self, timeout: Duration) {
+        let sessions: Vec<SessionKey> = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.sessions.keys().cloned().collect()
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        for session in sessions {
+            self.close(&session, timeout).await;
+        }
+        // Leases whose session was closed concurrently are released by their own task.
+        let mut running = self.running.subscribe();
+        if tokio::time::timeout_at(deadline, running.wait_for(|count| *count == 0))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "shutdown: some keepalive leases were not released in time; their TTL will free them"
+            );
+        }
+    }
+
+    /// Takes a kept lease into `session`, renewing it until it ends; on a lost lease `peer` is
+    /// told with a logging notification.
+    pub fn adopt(
+        self: &Arc<Self>,
+        session: SessionKey,
+        peer: Peer<RoleServer>,
+        lease: KeptLease,
+    ) -> Result<(), AdoptError> {
+        let (stop, stopped) = oneshot::channel();
+        {
+            let mut state = self.lock();
+            if state.closed || !state.sessions.contains_key(&session) {
+                return Err(AdoptError { lease });
+            }
+            state.ended.remove(lease.resource());
+            state.leases.insert(
+                lease.token().to_string(),
+                LeaseEntry {
+                    session: session.clone(),
+                    resource: lease.resource().to_string(),
+                    fencing_token: lease.fencing_token(),
+                    stop,
+                },
+            );
+        }
+        self.metrics.keepalive_started();
+        self.running.send_modify(|count| *count += 1);
+        let registry = Arc::clone(self);
+        tokio::spawn(async move {
+            registry.watch(session, peer, lease, stopped).await;
+            registry.metrics.keepalive_stopped();
+            registry
+                .running
+                .send_modify(|count| *count = count.saturating_sub(1));
+        });
+        Ok(())
+    }
+
+    /// Releases the keepalive lease `token` of `resource`, if this server keeps it alive.
+    /// `None` means it is not one of ours: release it through the engine.
+    pub async fn release(&self, resource: &str, token: &str) -> Option<Result<Released, Error>> {
+        let entry = {
+            let mut state = self.lock();
+            match state.leases.get(token) {
+                Some(entry) if entry.resource == resource => state.leases.remove(token),
+                _ => None,
+            }
+        }?;
+        Some(stop_lease(entry).await)
+    }
+
+    /// What `lock_status` shows about our keepalive lease on `resource`.
+    pub fn view(&self, resource: &str) -> Option<KeepaliveView> {
+        let state = self.lock();
+        if let Some(lease) = state
+            .leases
+            .values()
+            .find(|lease| lease.resource == resource)
+        {
+            return Some(KeepaliveView {
+                state: "renewing".to_string(),
+                fencing_token: lease.fencing_token,
+                reason: None,
+                ended_at: None,
+            });
+        }
+        state.ended.get(resource).map(|ended| ended.view.clone())
+    }
+
+    /// The lease task: waits for the lease to end or to be stopped.
+    async fn watch(
+        &self,
+        session: SessionKey,
+        peer: Peer<RoleServer>,
+        lease: KeptLease,
+        mut stopped: oneshot::Receiver<ReleaseResponder>,
+    ) {
+        let stop = tokio::select! {
+            end = lease.lost() => Err(end),
+            responder = &mut stopped => Ok(responder.ok()),
+        };
+        match stop {
+            Ok(responder) => {
+                let resource = lease.resource().to_string();
+                let released = lease.release().await;
+                if let Err(error) = &released {
+                    tracing::warn!(%resource, %error, "releasing a keepalive lease failed; its TTL will free it");
+                }
+                if let Some(responder) = responder {
+                    let _ = responder.send(released);
+                }
+            }
+            Err(end) => self.ended(session, peer, &lease, end).await,
+        }
+    }
+
+    /// Records how a lease ended by itself and tells its session.
+    async fn ended(
+        &self,
+        session: SessionKey,
+        peer: Peer<RoleServer>,
+        lease: &KeptLease,
+        end: LeaseEnd,
+    ) {
+        let (state_name, reason) = match &end {
+            LeaseEnd::Lost(reason) => {
+                self.metrics.keepalive_lost();
+                ("lost", reason.clone())
+            }
+            LeaseEnd::MaxHold => {
+                self.metrics.keepalive_max_hold();
+                (
+                    "max_hold_reached",
+                    "the server's max_hold_ms was reached; the lock was released".to_string(),
+                )
+            }
+            // A release through the registry takes the other select arm; this is the renewal
+            // task vanishing, which leaves nothing to report but the entry to forget.
+            LeaseEnd::Released => {
+                self.lock().leases.remove(lease.token());
+                return;
+            }
+        };
+        let ended = SystemTime::now();
+        let view = KeepaliveView {
+            state: state_name.to_string(),
+            fencing_token: lease.fencing_token(),
+            reason: Some(reason.clone()),
+            ended_at: Some(rfc3339(ended)),
+        };
+        let wants_warning = {
+            let mut state = self.lock();
+            state.leases.remove(lease.token());
+            if state.ended.len() >= MAX_ENDED_RECORDS
+                && let Some(oldest) = state
+                    .ended
+                    .iter()
+                    .min_by_key(|(_, e)| e.ended)
+                    .map(|(r, _)| r.clone())
+            {
+                state.ended.remove(&oldest);
+            }
+            state
+                .ended
+                .insert(lease.resource().to_string(), EndedLease { view, ended });
+            state
+                .sessions
+                .get(&session)
+                .is_some_and(|entry| entry.min_level <= LEVEL_WARNING)
+        };
+        tracing::warn!(resource = lease.resource(), state = state_name, %reason, "keepalive lease ended");
+        if wants_warning {
+            notify_lease_end(&peer, lease, state_name, &reason).await;
+        }
+    }
+}
+
+async fn stop_lease(entry: LeaseEntry) -> Result<Released, Error> {
+    let (responder, response) = oneshot::channel();
+    if entry.stop.send(responder).is_err() {
+        // The task already ended (the lease was lost or capped at this very moment).
+        return Ok(not_released());
+    }
+    response.await.unwrap_or_else(|_| Ok(not_released()))
+}
+
+fn not_released() -> Released {
+    Released {
+        released: false,
+        groups_released: 0,
+        votes: Vec::new(),
+    }
+}
+
+// Logging notifications are deprecated by SEP-2577, but they are the only way MCP has to tell
+// a session about an event it did not ask for, and clients still show them.
+#[allow(deprecated)]
+async fn notify_lease_end(peer: &Peer<RoleServer>, lease: &KeptLease, state: &str, reason: &str) {
+    use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+    let data = serde_json::json!({
+        "event": "keepalive_lease_ended",
+        "state": state,
+        "resource": lease.resource(),
+        "fencing_token": lease.fencing_token(),
+        "reason": reason,
+        "advice": "stop writing to the protected resource; call acquire_lock again before continuing",
+    });
+    let message =
+        LoggingMessageNotificationParam::new(LoggingLevel::Warning, data).with_logger("quorumlock");
+    if let Err(error) = peer.notify_logging_message(message).await {
+        tracing::debug!(%error, "could not notify the session that its keepalive lease ended");
+    }
+}

@@ -1,0 +1,558 @@
+//! The six tools. Each decodes its arguments, asks the engine, and hands a [`Reply`] (or a
+//! [`ToolError`]) to [`finish`]; descriptions are written for the language model that picks
+//! and calls the tools.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input, schema_for_output};
+use rmcp::model::{CallToolResult, JsonObject};
+use rmcp::service::RequestContext;
+use rmcp::{RoleServer, tool, tool_router};
+use schemars::JsonSchema;
+
+use super::arguments::{self, decode};
+use super::contract::{
+    AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
+    ExtendLockResult, GroupHealthView, GroupStateView, HolderView, ListLocksArgs, ListLocksResult,
+    ListedLockView, LockStatusArgs, LockStatusResult, QuorumReport, ReleaseLockArgs,
+    ReleaseLockResult, rfc3339,
+};
+use super::handler::LockServer;
+use super::reply::{Reply, ToolError, finish};
+use crate::config::Endpoint;
+use crate::error::Error;
+use crate::lock::AcquireOptions;
+
+const ACQUIRE_LOCK: &str = "Take a distributed lock on a shared resource before you change it, so that no other agent or process changes it at the same time. \
+The lock is granted only when a majority of independent Redis groups agree, and it frees itself after ttl_ms unless you extend or release it. \
+If acquired is true: pass fencing_token with every write to the protected resource (storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done. \
+For work longer than one TTL set keepalive: true, and this server renews the lease until you release it or your session ends. \
+If acquired is false, someone else holds it (see holder): that is a normal answer, not an error; do other work and retry after retry_after_ms. \
+A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health.";
+
+const RELEASE_LOCK: &str = "Release a lock you hold as soon as you are done with the resource, so others can take it. \
+Pass the resource and the token from acquire_lock. released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone. \
+Also stops this server's renewal of a keepalive lease. Safe to repeat.";
+
+const EXTEND_LOCK: &str = "Renew a lock you hold for ttl_ms more milliseconds, counted from now, before validity_ms runs out, when your work takes longer than planned. \
+extended: false means the lease is already gone (expired or taken over): stop writing to the protected resource and call acquire_lock again. \
+Not needed for keepalive leases.";
+
+const LOCK_STATUS: &str = "Look at one lock without changing it: whether it is held, by whom (owner, purpose), for how much longer, its fencing token, and each Redis group's view. \
+Advisory only: the answer may be stale a moment later, so never use it in place of acquire_lock. \
+If this server keeps a keepalive lease on the resource, keepalive.state says whether it is still renewing or was lost (then stop writing and acquire again).";
+
+const LIST_LOCKS: &str = "List the locks currently held, optionally only those whose resource name starts with prefix: resource, owner, purpose and time left. \
+Use it to see what other agents are working on. Advisory, like lock_status.";
+
+const CLUSTER_HEALTH: &str = "Check the lock service itself: whether enough Redis groups answer to grant locks (quorum_available), and each group's reachability and latency. \
+Call it when a tool reports a quorum error, before retrying.";
+
+/// A tool's input schema from its argument type. The schema is static, so a failure is a bug
+/// caught by the unit tests; serving an open schema beats refusing to start.
+fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
+    schema_for_input::<T>().unwrap_or_else(|error| {
+        tracing::error!(%error, "a tool's input schema is invalid; advertising an empty one");
+        schema_for_empty_input()
+    })
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[tool_router(vis = "pub(crate)")]
+impl LockServer {
+    #[tool(
+        name = "acquire_lock",
+        description = ACQUIRE_LOCK,
+        input_schema = input_schema::<AcquireLockArgs>(),
+        output_schema = schema_for_output::<AcquireLockResult>(),
+        annotations(title = "Acquire a lock", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn acquire_lock(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        finish(self.acquire(arguments, &context).await)
+    }
+
+    #[tool(
+        name = "release_lock",
+        description = RELEASE_LOCK,
+        input_schema = input_schema::<ReleaseLockArgs>(),
+        output_schema = schema_for_output::<ReleaseLockResult>(),
+        annotations(title = "Release a lock", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn release_lock(&self, arguments: JsonObject) -> CallToolResult {
+        finish(self.release(arguments).await)
+    }
+
+    #[tool(
+        name = "extend_lock",
+        description = EXTEND_LOCK,
+        input_schema = input_schema::<ExtendLockArgs>(),
+        output_schema = schema_for_output::<ExtendLockResult>(),
+        annotations(title = "Extend a lock", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn extend_lock(&self, arguments: JsonObject) -> CallToolResult {
+        finish(self.extend(arguments).await)
+    }
+
+    #[tool(
+        name = "lock_status",
+        description = LOCK_STATUS,
+        input_schema = input_schema::<LockStatusArgs>(),
+        output_schema = schema_for_output::<LockStatusResult>(),
+        annotations(title = "Show a lock", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn lock_status(&self, arguments: JsonObject) -> CallToolResult {
+        finish(self.status(arguments).await)
+    }
+
+    #[tool(
+        name = "list_locks",
+        description = LIST_LOCKS,
+        input_schema = input_schema::<ListLocksArgs>(),
+        output_schema = schema_for_output::<ListLocksResult>(),
+        annotations(title = "List held locks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list_locks(&self, arguments: JsonObject) -> CallToolResult {
+        finish(self.list(arguments).await)
+    }
+
+    #[tool(
+        name = "cluster_health",
+        description = CLUSTER_HEALTH,
+        input_schema = input_schema::<ClusterHealthArgs>(),
+        output_schema = schema_for_output::<ClusterHealthResult>(),
+        annotations(title = "Lock service health", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn cluster_health(&self, arguments: JsonObject) -> CallToolResult {
+        finish(self.health(arguments).await)
+    }
+}
+
+impl LockServer {
+    /// An engine failure as a tool error, counted in the metrics.
+    fn failure(&self, error: Error) -> ToolError {
+        let metrics = &self.shared().metrics;
+        metrics.votes(error.votes());
+        if error.is_unavailable() {
+            metrics.quorum_failed();
+        }
+        ToolError::from(error)
+    }
+
+    async fn acquire(
+        &self,
+        arguments: JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Reply, ToolError> {
+        let args: AcquireLockArgs = decode(arguments)?;
+        let shared = self.shared();
+        arguments::resource(&args.resource)?;
+        let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
+        let wait = shared.limits.wait("wait_ms", args.wait_ms)?;
+        let session = match args.keepalive {
+            false => None,
+            true => Some(
+                self.session(&context.extensions)
+                    .filter(|session| shared.sessions.is_open(session))
+                    .ok_or_else(|| {
+                        ToolError::invalid_arguments(
+                            "invalid argument `keepalive`: this request has no MCP session (stateless HTTP), so the server cannot tell when you are gone; use keepalive: false and extend_lock instead",
+                        )
+                    })?,
+            ),
+        };
+        let options = AcquireOptions {
+            ttl,
+            wait,
+            owner: args.owner,
+            purpose: args.purpose,
+        };
+        // The acquire runs in its own task: if the client cancels the call, the task still
+        // finishes, and a lease nobody will receive is released when the task drops it.
+        let (locks, resource) = (shared.locks.clone(), args.resource.clone());
+        let started = Instant::now();
+        let attempt = tokio::spawn(async move { locks.acquire_with(&resource, &options).await })
+            .await
+            .map_err(|error| ToolError::internal(format!("the acquire task failed: {error}")))?;
+        shared.metrics.acquire_decided(started.elapsed());
+        let lease = match attempt {
+            Ok(lease) => lease,
+            Err(Error::Held { holder, votes, .. }) => {
+                shared.metrics.denied();
+                shared.metrics.votes(&votes);
+                return held_reply(
+                    args.resource,
+                    holder,
+                    shared.locks.topology().retry_delay_ms,
+                );
+            }
+            Err(error) => return Err(self.failure(error)),
+        };
+        shared.metrics.acquired();
+        shared.metrics.votes(lease.votes());
+        let quorum = QuorumReport::from_votes(lease.votes(), shared.locks.quorum());
+        let validity_ms = millis(lease.validity());
+        let summary = format!(
+            "acquired `{}`: fencing token {}, valid for {validity_ms} ms, {} of {} groups granted ({} needed){}",
+            args.resource,
+            lease.fencing_token(),
+            quorum.granted,
+            quorum.groups.len(),
+            quorum.needed,
+            if session.is_some() {
+                "; the server renews it until release_lock or the end of this session"
+            } else {
+                "; pass fencing_token with every write and release_lock when done"
+            }
+        );
+        let result = AcquireLockResult {
+            acquired: true,
+            resource: args.resource,
+            token: Some(lease.token().to_string()),
+            fencing_token: Some(lease.fencing_token()),
+            validity_ms: Some(validity_ms),
+            expires_at: Some(rfc3339(lease.expires_at())),
+            keepalive: Some(session.is_some()),
+            quorum: Some(quorum),
+            holder: None,
+            retry_after_ms: None,
+        };
+        match session {
+            Some(session) => {
+                let kept = lease.keepalive();
+                if let Err(refused) = shared.sessions.adopt(session, context.peer.clone(), kept) {
+                    // Dropping the kept lease releases it.
+                    drop(refused.lease);
+                    return Err(ToolError::failed(
+                        "the session ended (or the server is shutting down) while the lock was being acquired; it was released again",
+                    ));
+                }
+            }
+            None => {
+                // The lock now lives until its TTL or until release_lock by token.
+                let _ = lease.detach();
+            }
+        }
+        Reply::new(summary, &result)
+    }
+
+    async fn release(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+        let args: ReleaseLockArgs = decode(arguments)?;
+        arguments::resource(&args.resource)?;
+        arguments::token(&args.token)?;
+        let shared = self.shared();
+        let released = match shared.sessions.release(&args.resource, &args.token).await {
+            Some(released) => released,
+            None => shared.locks.release(&args.resource, &args.token).await,
+        };
+        let (released, groups_released) = match released {
+            Ok(released) => {
+                shared.metrics.votes(&released.votes);
+                (released.released, released.groups_released)
+            }
+            Err(Error::NotHeld { votes, .. }) => {
+                shared.metrics.votes(&votes);
+                (false, 0)
+            }
+            Err(error) => return Err(self.failure(error)),
+        };
+        let summary = if released {
+            format!(
+                "released `{}` ({groups_released} groups); it is free for others now",
+                args.resource
+            )
+        } else {
+            format!(
+                "nothing released: this token does not hold `{}` (expired, already released, or a wrong token); the lock was left alone",
+                args.resource
+            )
+        };
+        Reply::new(
+            summary,
+            &ReleaseLockResult {
+                released,
+                resource: args.resource,
+                groups_released,
+            },
+        )
+    }
+
+    async fn extend(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+        let args: ExtendLockArgs = decode(arguments)?;
+        arguments::resource(&args.resource)?;
+        arguments::token(&args.token)?;
+        let shared = self.shared();
+        let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
+        let result = match shared.locks.extend(&args.resource, &args.token, ttl).await {
+            Ok(extended) => {
+                shared.metrics.votes(&extended.votes);
+                let validity = extended
+                    .valid_until
+                    .saturating_duration_since(Instant::now());
+                ExtendLockResult {
+                    extended: true,
+                    resource: args.resource,
+                    validity_ms: Some(millis(validity)),
+                    expires_at: Some(rfc3339(SystemTime::now() + validity)),
+                }
+            }
+            Err(Error::NotHeld { votes, .. }) => {
+                shared.metrics.votes(&votes);
+                ExtendLockResult {
+                    extended: false,
+                    resource: args.resource,
+                    validity_ms: None,
+                    expires_at: None,
+                }
+            }
+            Err(error) => return Err(self.failure(error)),
+        };
+        let summary = match result.validity_ms {
+            Some(validity_ms) => format!(
+                "extended `{}`: valid for {validity_ms} ms more",
+                result.resource
+            ),
+            None => format!(
+                "not extended: this token no longer holds `{}`; stop writing to it and acquire_lock again",
+                result.resource
+            ),
+        };
+        Reply::new(summary, &result)
+    }
+
+    async fn status(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+        let args: LockStatusArgs = decode(arguments)?;
+        arguments::resource(&args.resource)?;
+        let shared = self.shared();
+        let status = shared
+            .locks
+            .status(&args.resource)
+            .await
+            .map_err(|error| self.failure(error))?;
+        for group in status
+            .groups
+            .iter()
+            .filter(|g| g.state == "error" || g.state == "timeout")
+        {
+            shared.metrics.group_error(&group.group);
+        }
+        let keepalive = shared.sessions.view(&args.resource);
+        let mut summary = match (&status.holder, status.held) {
+            (Some(holder), true) => format!(
+                "`{}` is held by {} for another {} ms (fencing token {})",
+                status.resource,
+                describe_holder(holder.owner.as_deref(), holder.purpose.as_deref()),
+                holder.remaining_ms,
+                status.fencing_token.unwrap_or_default()
+            ),
+            _ => format!("`{}` is free", status.resource),
+        };
+        if let Some(keepalive) = &keepalive {
+            summary.push_str(&format!(
+                "; this server's keepalive lease: {}",
+                keepalive.state
+            ));
+            if let Some(reason) = &keepalive.reason {
+                summary.push_str(&format!(" ({reason})"));
+            }
+        }
+        let result = LockStatusResult {
+            resource: status.resource,
+            held: status.held,
+            holder: status.holder.map(HolderView::from),
+            fencing_token: status.fencing_token,
+            groups: status
+                .groups
+                .into_iter()
+                .map(GroupStateView::from)
+                .collect(),
+            keepalive,
+        };
+        Reply::new(summary, &result)
+    }
+
+    async fn list(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+        let args: ListLocksArgs = decode(arguments)?;
+        let prefix = args.prefix.unwrap_or_default();
+        arguments::prefix(&prefix)?;
+        let limit = arguments::list_limit(args.limit)?;
+        let list = self
+            .shared()
+            .locks
+            .list(&prefix, limit)
+            .await
+            .map_err(|error| self.failure(error))?;
+        let summary = format!(
+            "{} lock{} held{}{}",
+            list.locks.len(),
+            if list.locks.len() == 1 { "" } else { "s" },
+            if prefix.is_empty() {
+                String::new()
+            } else {
+                format!(" under `{prefix}`")
+            },
+            if list.truncated {
+                " (more exist: raise limit or narrow prefix)"
+            } else {
+                ""
+            }
+        );
+        let result = ListLocksResult {
+            locks: list.locks.into_iter().map(ListedLockView::from).collect(),
+            truncated: list.truncated,
+        };
+        Reply::new(summary, &result)
+    }
+
+    async fn health(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+        let _: ClusterHealthArgs = decode(arguments)?;
+        let shared = self.shared();
+        let health = shared.locks.health().await;
+        let topology = shared.locks.topology();
+        let groups: Vec<GroupHealthView> = health
+            .groups
+            .into_iter()
+            .map(|group| {
+                if !group.reachable {
+                    shared.metrics.group_error(&group.group);
+                }
+                let master = topology
+                    .groups
+                    .iter()
+                    .enumerate()
+                    .find(|(_, config)| config.name == group.group)
+                    .and_then(|(index, config)| match config.endpoint_at(index) {
+                        Ok(Endpoint::Direct { host, port }) => Some(format!("{host}:{port}")),
+                        _ => None,
+                    });
+                GroupHealthView {
+                    group: group.group,
+                    master,
+                    reachable: group.reachable,
+                    latency_ms: group.latency_ms,
+                    error: group.error,
+                }
+            })
+            .collect();
+        let reachable = groups.iter().filter(|g| g.reachable).count();
+        let unreachable: Vec<&str> = groups
+            .iter()
+            .filter(|g| !g.reachable)
+            .map(|g| g.group.as_str())
+            .collect();
+        let summary = if health.quorum_available {
+            format!(
+                "quorum available: {reachable} of {} groups reachable ({} needed){}",
+                groups.len(),
+                health.quorum,
+                if unreachable.is_empty() {
+                    String::new()
+                } else {
+                    format!("; unreachable: {}", unreachable.join(", "))
+                }
+            )
+        } else {
+            format!(
+                "NO quorum: only {reachable} of {} groups reachable ({} needed); unreachable: {}. Locks cannot be granted until they are back",
+                groups.len(),
+                health.quorum,
+                unreachable.join(", ")
+            )
+        };
+        Reply::new(
+            summary,
+            &ClusterHealthResult {
+                quorum_available: health.quorum_available,
+                needed: health.quorum,
+                reachable,
+                groups,
+            },
+        )
+    }
+}
+
+fn describe_holder(owner: Option<&str>, purpose: Option<&str>) -> String {
+    let mut text = owner.unwrap_or("an unnamed owner").to_string();
+    if let Some(purpose) = purpose {
+        text.push_str(&format!(" ({purpose})"));
+    }
+    text
+}
+
+/// "Held by someone else": a normal result telling the agent whom to wait for, and how long.
+fn held_reply(
+    resource: String,
+    holder: Option<crate::error::Holder>,
+    retry_delay_ms: u64,
+) -> Result<Reply, ToolError> {
+    let remaining_ms = holder.as_ref().map_or(0, |h| h.remaining_ms);
+    let retry_after_ms = remaining_ms.max(retry_delay_ms).max(1);
+    let who = holder.as_ref().map_or_else(
+        || "another holder".to_string(),
+        |h| describe_holder(h.owner.as_deref(), h.purpose.as_deref()),
+    );
+    let summary = format!(
+        "not acquired: `{resource}` is held by {who} for another {remaining_ms} ms; do other work and retry after {retry_after_ms} ms"
+    );
+    let result = AcquireLockResult {
+        acquired: false,
+        resource,
+        token: None,
+        fencing_token: None,
+        validity_ms: None,
+        expires_at: None,
+        keepalive: None,
+        quorum: None,
+        holder: Some(holder.map_or(
+            HolderView {
+                owner: None,
+                purpose: None,
+                remaining_ms: 0,
+            },
+            HolderView::from,
+        )),
+        retry_after_ms: Some(retry_after_ms),
+    };
+    Reply::new(summary, &result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_object_schemas_and_a_description() {
+        for tool in LockServer::tool_router().list_all() {
+            assert_eq!(
+                tool.input_schema.get("type"),
+                Some(&serde_json::json!("object")),
+                "{}",
+                tool.name
+            );
+            let output = tool
+                .output_schema
+                .as_ref()
+                .map(|schema| schema.get("type").cloned());
+            assert_eq!(
+                output,
+                Some(Some(serde_json::json!("object"))),
+                "{}",
+                tool.name
+            );
+            assert!(
+                tool.description.as_ref().is_some_and(|d| d.len() > 80),
+                "{}",
+                tool.name
+            );
+            assert!(tool.annotations.is_some(), "{}", tool.name);
+        }
+        assert_eq!(LockServer::tool_router().list_all().len(), 6);
+    }
+}

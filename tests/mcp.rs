@@ -1,0 +1,867 @@
+//! The MCP server end to end: the real `quorumlock serve` binary, rmcp's real clients over
+//! stdio and streamable HTTP, and a lab of real redis-server groups started by each test.
+
+mod common;
+mod mcp_support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::{Fixture, plain_lab, sentinel_lab};
+use fred::prelude::{ClientLike, KeysInterface};
+use mcp_support::*;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+/// Lets tests use TTLs short enough to watch a keepalive renew several times.
+const LOW_MIN_TTL: [&str; 2] = ["--min-ttl-ms", "100"];
+
+/// Fails a test that hangs instead of hanging the whole run.
+async fn within<T>(limit: Duration, test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, test)
+        .await
+        .expect("the test took too long")
+}
+
+async fn held(client: &Client, resource: &str) -> bool {
+    ok(client, "lock_status", json!({"resource": resource})).await["held"] == json!(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tools_keep_the_contract_field_by_field() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let client = &server.client;
+
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let by_name: HashMap<String, &rmcp::model::Tool> = tools.iter().map(|t| (t.name.to_string(), t)).collect();
+        let names: HashSet<&str> = by_name.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            HashSet::from(["acquire_lock", "release_lock", "extend_lock", "lock_status", "list_locks", "cluster_health"])
+        );
+        for tool in &tools {
+            assert!(tool.output_schema.is_some(), "{} has no output schema", tool.name);
+            let annotations = tool.annotations.as_ref().expect("annotations");
+            let read_only = ["lock_status", "list_locks", "cluster_health"].contains(&&*tool.name);
+            assert_eq!(annotations.read_only_hint, Some(read_only), "{}", tool.name);
+            if tool.name != "acquire_lock" {
+                assert_eq!(annotations.idempotent_hint, Some(true), "{}", tool.name);
+            }
+        }
+        let acquire_description = by_name["acquire_lock"].description.as_deref().unwrap_or_default();
+        assert!(acquire_description.contains("fencing_token") && acquire_description.contains("retry_after_ms"));
+        let schema = serde_json::to_value(&by_name["acquire_lock"].input_schema).expect("schema");
+        assert_eq!(schema["required"], json!(["resource"]), "{schema}");
+        assert_eq!(schema["properties"]["ttl_ms"]["default"], json!(15000), "{schema}");
+        assert!(by_name["lock_status"].description.as_deref().unwrap_or_default().contains("Advisory"));
+
+        // Granted.
+        let started = chrono::Utc::now();
+        let granted = ok(client, "acquire_lock", json!({"resource": "contract:a", "ttl_ms": 20000, "owner": "agent-1", "purpose": "contract test"})).await;
+        assert_eq!(granted["acquired"], json!(true));
+        assert_eq!(granted["resource"], json!("contract:a"));
+        let token = str_of(&granted, "token").to_string();
+        assert!(token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+        let fence = u64_of(&granted, "fencing_token");
+        assert!(fence > 0);
+        let validity = u64_of(&granted, "validity_ms");
+        assert!(validity > 15_000 && validity <= 20_000, "{validity}");
+        let expires = chrono::DateTime::parse_from_rfc3339(str_of(&granted, "expires_at")).expect("RFC 3339");
+        let until = (expires.with_timezone(&chrono::Utc) - started).num_milliseconds();
+        assert!((15_000..=21_000).contains(&until), "expires_at is {until} ms away");
+        assert_eq!(granted["keepalive"], json!(false));
+        let quorum = &granted["quorum"];
+        assert_eq!(quorum["needed"], json!(3));
+        assert!(u64_of(quorum, "granted") >= 3, "{quorum}");
+        assert_eq!(quorum["groups"].as_array().map(Vec::len), Some(5));
+        assert!(quorum["groups"][0]["group"].is_string() && quorum["groups"][0]["vote"].is_string());
+        assert!(granted.get("holder").is_none() && granted.get("retry_after_ms").is_none());
+
+        // Held by someone else: a normal result, not an error.
+        let denied = call(client, "acquire_lock", json!({"resource": "contract:a"})).await;
+        assert_eq!(denied.is_error, Some(false), "{}", text(&denied));
+        assert!(text(&denied).contains("agent-1"), "{}", text(&denied));
+        let denied = denied.structured_content.expect("structured");
+        assert_eq!(denied["acquired"], json!(false));
+        assert_eq!(denied["resource"], json!("contract:a"));
+        assert_eq!(denied["holder"]["owner"], json!("agent-1"));
+        assert_eq!(denied["holder"]["purpose"], json!("contract test"));
+        let remaining = u64_of(&denied["holder"], "remaining_ms");
+        assert!(remaining > 0 && remaining <= 20_000);
+        assert!(u64_of(&denied, "retry_after_ms") >= remaining.min(50));
+        assert!(denied.get("token").is_none() && denied.get("fencing_token").is_none());
+
+        // Status.
+        let status = ok(client, "lock_status", json!({"resource": "contract:a"})).await;
+        assert_eq!(status["resource"], json!("contract:a"));
+        assert_eq!(status["held"], json!(true));
+        assert_eq!(status["holder"]["owner"], json!("agent-1"));
+        assert_eq!(u64_of(&status, "fencing_token"), fence);
+        let groups = status["groups"].as_array().expect("groups");
+        assert_eq!(groups.len(), 5);
+        assert!(groups.iter().filter(|g| g["state"] == json!("held")).count() >= 3, "{status}");
+        assert!(groups.iter().all(|g| g["group"].is_string() && g["state"].is_string()));
+        assert!(status.get("keepalive").is_none());
+
+        // Listing, with a limit that truncates.
+        let second = ok(client, "acquire_lock", json!({"resource": "contract:b", "owner": "agent-2"})).await;
+        let list = ok(client, "list_locks", json!({"prefix": "contract:"})).await;
+        assert_eq!(list["truncated"], json!(false));
+        let locks = list["locks"].as_array().expect("locks");
+        assert_eq!(locks.iter().map(|l| l["resource"].clone()).collect::<Vec<_>>(), vec![json!("contract:a"), json!("contract:b")]);
+        assert_eq!(locks[0]["owner"], json!("agent-1"));
+        assert_eq!(locks[0]["purpose"], json!("contract test"));
+        assert!(u64_of(&locks[0], "remaining_ms") > 0);
+        let limited = ok(client, "list_locks", json!({"prefix": "contract:", "limit": 1})).await;
+        assert_eq!(limited["locks"].as_array().map(Vec::len), Some(1));
+        assert_eq!(limited["truncated"], json!(true));
+
+        // Extend.
+        let extended = ok(client, "extend_lock", json!({"resource": "contract:a", "token": token, "ttl_ms": 30000})).await;
+        assert_eq!(extended["extended"], json!(true));
+        assert_eq!(extended["resource"], json!("contract:a"));
+        assert!(u64_of(&extended, "validity_ms") > 25_000);
+        chrono::DateTime::parse_from_rfc3339(str_of(&extended, "expires_at")).expect("RFC 3339");
+
+        // A wrong token releases nothing and leaves the lock alone.
+        let wrong = ok(client, "release_lock", json!({"resource": "contract:a", "token": "0123456789abcdef0123456789abcdef"})).await;
+        assert_eq!(wrong, json!({"released": false, "resource": "contract:a", "groups_released": 0}));
+        assert!(held(client, "contract:a").await);
+
+        // The right token releases it; a second release is a harmless no-op.
+        let released = ok(client, "release_lock", json!({"resource": "contract:a", "token": token})).await;
+        assert_eq!(released["released"], json!(true));
+        assert!(u64_of(&released, "groups_released") >= 3);
+        assert!(!held(client, "contract:a").await);
+        let again = ok(client, "release_lock", json!({"resource": "contract:a", "token": token})).await;
+        assert_eq!(again["released"], json!(false));
+        let stale = ok(client, "extend_lock", json!({"resource": "contract:a", "token": token, "ttl_ms": 10000})).await;
+        assert_eq!(stale["extended"], json!(false));
+        assert!(stale.get("validity_ms").is_none());
+
+        // The next holder carries a larger fencing token.
+        let next = ok(client, "acquire_lock", json!({"resource": "contract:a"})).await;
+        assert!(u64_of(&next, "fencing_token") > fence);
+        assert!(u64_of(&second, "fencing_token") > 0);
+
+        let health = ok(client, "cluster_health", json!({})).await;
+        assert_eq!(health["quorum_available"], json!(true));
+        assert_eq!(health["needed"], json!(3));
+        assert_eq!(health["reachable"], json!(5));
+        let groups = health["groups"].as_array().expect("groups");
+        assert_eq!(groups.len(), 5);
+        assert!(groups.iter().all(|g| g["reachable"] == json!(true) && g["latency_ms"].is_number()));
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let client = &server.client;
+        let megabyte = "x".repeat(1024 * 1024);
+        let cases = [
+            ("acquire_lock", json!({"resource": ""}), "resource"),
+            (
+                "acquire_lock",
+                json!({"resource": "x".repeat(600)}),
+                "resource",
+            ),
+            ("acquire_lock", json!({"resource": "bad\nname"}), "resource"),
+            (
+                "acquire_lock",
+                json!({"resource": "bad\u{7}name"}),
+                "resource",
+            ),
+            ("acquire_lock", json!({"resource": megabyte}), "resource"),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": 0}),
+                "ttl_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": -5}),
+                "ttl_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": 1000}),
+                "min_ttl_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": 1_000_000_000_000_i64}),
+                "max_ttl_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": 1e30}),
+                "ttl_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "ttl_ms": "15000"}),
+                "ttl_ms",
+            ),
+            ("acquire_lock", json!({"resource": 42}), "resource"),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "wait_ms": -1}),
+                "wait_ms",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "keepalive": "yes"}),
+                "keepalive",
+            ),
+            (
+                "acquire_lock",
+                json!({"resource": "r", "owner": "a\u{0}b"}),
+                "owner",
+            ),
+            ("acquire_lock", json!({"resource": "r", "ttl": 5000}), "ttl"),
+            ("acquire_lock", json!({}), "resource"),
+            ("release_lock", json!({"resource": "r"}), "token"),
+            (
+                "release_lock",
+                json!({"resource": "r", "token": ""}),
+                "token",
+            ),
+            (
+                "extend_lock",
+                json!({"resource": "r", "token": "abc"}),
+                "ttl_ms",
+            ),
+            ("lock_status", json!({"resource": ["r"]}), "resource"),
+            ("list_locks", json!({"limit": 0}), "limit"),
+            ("list_locks", json!({"limit": 20000}), "limit"),
+            ("list_locks", json!({"prefix": "a\tb"}), "prefix"),
+            ("cluster_health", json!({"verbose": true}), "verbose"),
+        ];
+        for (tool, arguments, field) in cases {
+            let shown = arguments.to_string().chars().take(80).collect::<String>();
+            let message = tool_error(client, tool, arguments).await;
+            assert!(
+                message.contains(&format!("`{field}`")) || message.contains(field),
+                "{tool}({shown}): {message}"
+            );
+            assert!(
+                message.len() < 1000,
+                "{tool}({shown}): the error echoes too much: {} bytes",
+                message.len()
+            );
+        }
+        let unknown = try_call(client, "steal_lock", json!({"resource": "r"})).await;
+        let message = unknown.expect_err("an unknown tool is a protocol error");
+        assert!(
+            message.contains("steal_lock") && message.contains("acquire_lock"),
+            "{message}"
+        );
+
+        // Still serving.
+        let health = ok(client, "cluster_health", json!({})).await;
+        assert_eq!(health["quorum_available"], json!(true));
+        let granted = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "after-bad-input"}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true));
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_http_sessions_contend_for_one_resource() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+        let (alice, _) = server.connect(Some(TOKEN)).await.expect("alice connects");
+        let (bob, _) = server.connect(Some(TOKEN)).await.expect("bob connects");
+
+        let first = ok(
+            &alice,
+            "acquire_lock",
+            json!({"resource": "shared:doc", "owner": "alice", "purpose": "editing"}),
+        )
+        .await;
+        assert_eq!(first["acquired"], json!(true));
+        let refused = ok(
+            &bob,
+            "acquire_lock",
+            json!({"resource": "shared:doc", "owner": "bob"}),
+        )
+        .await;
+        assert_eq!(refused["acquired"], json!(false));
+        assert_eq!(refused["holder"]["owner"], json!("alice"));
+        assert_eq!(refused["holder"]["purpose"], json!("editing"));
+
+        // Bob waits; Alice releases a moment later; Bob gets it with a larger fencing token.
+        let token = str_of(&first, "token").to_string();
+        let bob_waits = ok(
+            &bob,
+            "acquire_lock",
+            json!({"resource": "shared:doc", "owner": "bob", "wait_ms": 10000}),
+        );
+        let alice_releases = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ok(
+                &alice,
+                "release_lock",
+                json!({"resource": "shared:doc", "token": token}),
+            )
+            .await
+        };
+        let (second, released) = tokio::join!(bob_waits, alice_releases);
+        assert_eq!(released["released"], json!(true));
+        assert_eq!(second["acquired"], json!(true), "{second}");
+        assert!(u64_of(&second, "fencing_token") > u64_of(&first, "fencing_token"));
+        let status = ok(&alice, "lock_status", json!({"resource": "shared:doc"})).await;
+        assert_eq!(status["holder"]["owner"], json!("bob"));
+        let _ = alice.cancel().await;
+        let _ = bob.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_concurrent_acquires_in_one_session_give_one_winner_per_resource() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(90), async {
+        // A hundred contenders retrying at once load a debug build on a busy machine: a longer
+        // retry delay keeps the retries from piling up.
+        let overrides = [("QUORUMLOCK_RETRY_DELAY_MS", "150")];
+        let server = stdio_server_with_env(&fx.lab.config_path(), &[], &overrides).await;
+        let client = &server.client;
+        // A short wait lets contenders whose votes split retry, so every resource ends with a
+        // holder; the long TTL keeps the winner's lock for the whole test.
+        let calls = (0..100).map(|i| {
+            let resource = format!("crowd:{}", i % 10);
+            async move {
+                let result = ok(client, "acquire_lock", json!({"resource": resource, "ttl_ms": 60000, "wait_ms": 3000, "owner": format!("caller-{i}")})).await;
+                (resource, result)
+            }
+        });
+        let results = futures::future::join_all(calls).await;
+        let mut winners: HashMap<String, Vec<Value>> = HashMap::new();
+        for (resource, result) in &results {
+            if result["acquired"] == json!(true) {
+                winners.entry(resource.clone()).or_default().push(result.clone());
+            } else {
+                assert_eq!(result["acquired"], json!(false));
+                assert!(result["holder"].is_object(), "{result}");
+            }
+        }
+        assert_eq!(winners.len(), 10, "every resource has a winner: {winners:?}");
+        for (resource, won) in &winners {
+            assert_eq!(won.len(), 1, "{resource} has {} winners", won.len());
+            let status = ok(client, "lock_status", json!({"resource": resource})).await;
+            assert_eq!(status["fencing_token"], won[0]["fencing_token"], "{resource}");
+        }
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_lease_outlives_three_ttls_while_its_client_lives() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
+        let client = &server.client;
+        let ttl_ms = 400;
+        let granted = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "long:job", "ttl_ms": ttl_ms, "keepalive": true}),
+        )
+        .await;
+        assert_eq!(granted["keepalive"], json!(true));
+        let fence = u64_of(&granted, "fencing_token");
+        let started = Instant::now();
+        // Held the whole time, by the same lease, well past three TTLs.
+        while started.elapsed() < Duration::from_millis(4 * ttl_ms) {
+            let status = ok(client, "lock_status", json!({"resource": "long:job"})).await;
+            assert_eq!(
+                status["held"],
+                json!(true),
+                "lost after {:?}: {status}",
+                started.elapsed()
+            );
+            assert_eq!(u64_of(&status, "fencing_token"), fence);
+            assert_eq!(status["keepalive"]["state"], json!("renewing"));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let released = ok(
+            client,
+            "release_lock",
+            json!({"resource": "long:job", "token": str_of(&granted, "token")}),
+        )
+        .await;
+        assert_eq!(released["released"], json!(true));
+        assert!(!held(client, "long:job").await);
+        // Released on request: the renewal stopped, the lock stays free.
+        tokio::time::sleep(Duration::from_millis(2 * ttl_ms)).await;
+        let status = ok(client, "lock_status", json!({"resource": "long:job"})).await;
+        assert_eq!(status["held"], json!(false));
+        assert!(status.get("keepalive").is_none(), "{status}");
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_leases_are_released_when_the_http_session_is_deleted() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
+        let (client, _) = server.connect(Some(TOKEN)).await.expect("connect");
+        let (observer, _) = server
+            .connect(Some(TOKEN))
+            .await
+            .expect("observer connects");
+        // A long TTL: if the lock is free soon after the session ends, it was released, not expired.
+        for resource in ["session:a", "session:b"] {
+            let granted = ok(
+                &client,
+                "acquire_lock",
+                json!({"resource": resource, "ttl_ms": 30000, "keepalive": true}),
+            )
+            .await;
+            assert_eq!(granted["keepalive"], json!(true));
+        }
+        // A short one, to see the lease renewed past three TTLs over HTTP too.
+        ok(
+            &client,
+            "acquire_lock",
+            json!({"resource": "session:c", "ttl_ms": 300, "keepalive": true}),
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(
+            held(&observer, "session:c").await,
+            "the HTTP keepalive lease stopped renewing"
+        );
+        let (status, body) = raw_http(
+            &server.addr,
+            "GET",
+            "/metrics",
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(body.contains("quorumlock_mcp_keepalive_leases 3"), "{body}");
+
+        client.cancel().await.expect("DELETE the session");
+        for resource in ["session:a", "session:b", "session:c"] {
+            assert!(
+                eventually(Duration::from_secs(3), || async {
+                    !held(&observer, resource).await
+                })
+                .await,
+                "{resource} was not released when its session was deleted"
+            );
+        }
+        let _ = observer.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_leases_are_released_when_the_http_session_expires() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(
+            &fx.lab.config_path(),
+            Some(TOKEN),
+            &["--session-idle-secs", "1"],
+        )
+        .await;
+        let (client, _) = server.connect(Some(TOKEN)).await.expect("connect");
+        ok(
+            &client,
+            "acquire_lock",
+            json!({"resource": "idle:job", "ttl_ms": 30000, "keepalive": true}),
+        )
+        .await;
+        assert!(fx.locks.status("idle:job").await.expect("status").held);
+        // The client stays silent past the idle timeout, as a vanished agent would.
+        let released = eventually(Duration::from_secs(6), || async {
+            !fx.locks
+                .status("idle:job")
+                .await
+                .map(|s| s.held)
+                .unwrap_or(true)
+        })
+        .await;
+        assert!(
+            released,
+            "the lease (TTL 30 s) outlived its expired session"
+        );
+        drop(client);
+    })
+    .await;
+}
+
+/// The helper for the next test: an MCP client in its own process, so that the test can kill
+/// it like a crashed agent. It runs only when started by that test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "runs only as a child process of keepalive_is_released_when_the_stdio_client_is_killed"]
+async fn stdio_client_helper() {
+    let Ok(config) = std::env::var("QL_MCP_HELPER_CONFIG") else {
+        return;
+    };
+    let server = stdio_server(std::path::Path::new(&config), &[]).await;
+    let granted = ok(
+        &server.client,
+        "acquire_lock",
+        json!({"resource": "crash:job", "ttl_ms": 30000, "keepalive": true}),
+    )
+    .await;
+    println!(
+        "QL_HELPER server_pid={} fence={}",
+        server.guard.pid(),
+        u64_of(&granted, "fencing_token")
+    );
+    std::future::pending::<()>().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_is_released_when_the_stdio_client_is_killed() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let mut helper =
+            tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+                .args([
+                    "stdio_client_helper",
+                    "--exact",
+                    "--ignored",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("QL_MCP_HELPER_CONFIG", fx.lab.config_path())
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start the helper client");
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(
+            helper.stdout.take().expect("stdout"),
+        ));
+        // The test harness may print its own text on the same line first.
+        let line = loop {
+            let line = lines
+                .next_line()
+                .await
+                .expect("read helper")
+                .expect("the helper reports its lease");
+            if let Some(start) = line.find("QL_HELPER ") {
+                break line[start..].to_string();
+            }
+        };
+        let field = |name: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in {line}"))
+        };
+        let server = PidGuard::new(u32::try_from(field("server_pid")).expect("pid"));
+        let fence = field("fence");
+        let status = fx.locks.status("crash:job").await.expect("status");
+        assert!(
+            status.held && status.fencing_token == Some(fence),
+            "{status:?}"
+        );
+
+        // The client dies without a word; the kernel closes its end of the server's stdin.
+        helper.start_kill().expect("SIGKILL the helper");
+        helper.wait().await.expect("reap the helper");
+        let released = eventually(Duration::from_secs(5), || async {
+            !fx.locks
+                .status("crash:job")
+                .await
+                .map(|s| s.held)
+                .unwrap_or(true)
+        })
+        .await;
+        assert!(
+            released,
+            "the lease (TTL 30 s) was not released within 5 s of the client's death"
+        );
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                has_exited(server.pid())
+            })
+            .await,
+            "the server did not exit after its client was gone"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let mut server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
+        let granted = ok(
+            &server.client,
+            "acquire_lock",
+            json!({"resource": "stolen", "ttl_ms": 900, "keepalive": true}),
+        )
+        .await;
+        let fence = u64_of(&granted, "fencing_token");
+        // Someone wipes the lock behind the lease's back (an operator, a data loss).
+        delete_everywhere(&fx, &common::lock_key("stolen")).await;
+        let note = tokio::time::timeout(Duration::from_secs(5), server.logs.recv())
+            .await
+            .expect("a logging notification within 5 s")
+            .expect("notification channel open");
+        assert_eq!(note["event"], json!("keepalive_lease_ended"));
+        assert_eq!(note["state"], json!("lost"));
+        assert_eq!(note["resource"], json!("stolen"));
+        assert_eq!(note["fencing_token"], json!(fence));
+        let status = ok(&server.client, "lock_status", json!({"resource": "stolen"})).await;
+        assert_eq!(status["keepalive"]["state"], json!("lost"), "{status}");
+        assert!(status["keepalive"]["reason"].is_string());
+        let text = text(&call(&server.client, "lock_status", json!({"resource": "stolen"})).await);
+        assert!(text.contains("lost"), "{text}");
+        server.close().await;
+    })
+    .await;
+}
+
+async fn delete_everywhere(fx: &Fixture, key: &str) {
+    for group in 0..fx.topology.groups.len() {
+        let master = fx.master(group).await;
+        let _: i64 = master.del(key).await.expect("DEL");
+        let _ = master.quit().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requires_the_bearer_token() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+        let initialize = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+        let mcp_headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+        let (status, _) = raw_http(&server.addr, "POST", "/mcp", &mcp_headers, initialize).await;
+        assert_eq!(status, 401, "no token");
+        let wrong = [mcp_headers[0], mcp_headers[1], ("Authorization", "Bearer test-token-0123456789abcdeX")];
+        assert_eq!(raw_http(&server.addr, "POST", "/mcp", &wrong, initialize).await.0, 401, "wrong token");
+        let prefix = [mcp_headers[0], mcp_headers[1], ("Authorization", "Bearer test-token")];
+        assert_eq!(raw_http(&server.addr, "POST", "/mcp", &prefix, initialize).await.0, 401, "a prefix of the token");
+        let right = format!("Bearer {TOKEN}");
+        let good = [mcp_headers[0], mcp_headers[1], ("Authorization", right.as_str())];
+        assert_eq!(raw_http(&server.addr, "POST", "/mcp", &good, initialize).await.0, 200, "right token");
+        assert_eq!(raw_http(&server.addr, "GET", "/metrics", &[], b"").await.0, 401, "metrics need the token");
+        let (status, body) = raw_http(&server.addr, "GET", "/healthz", &[], b"").await;
+        assert_eq!((status, body.trim()), (200, r#"{"status":"ok"}"#));
+
+        // rmcp's client: refused without or with a wrong token, served with the right one.
+        let refused = server.connect(None).await.err().expect("no token is refused");
+        assert!(refused.contains("401") || refused.to_lowercase().contains("auth"), "{refused}");
+        assert!(server.connect(Some("wrong")).await.is_err());
+        let (client, _) = server.connect(Some(TOKEN)).await.expect("the right token is accepted");
+        let granted = ok(&client, "acquire_lock", json!({"resource": "auth:ok"})).await;
+        assert_eq!(granted["acquired"], json!(true));
+
+        // Oversized bodies are refused, a 1 MB argument is named, and the server keeps serving.
+        let huge = vec![b' '; 3 * 1024 * 1024];
+        assert_eq!(raw_http(&server.addr, "POST", "/mcp", &good, &huge).await.0, 413);
+        let message = tool_error(&client, "acquire_lock", json!({"resource": "y".repeat(1024 * 1024)})).await;
+        assert!(message.contains("`resource`") || message.contains("resource"), "{message}");
+        let (status, metrics) = raw_http(&server.addr, "GET", "/metrics", &[("Authorization", &right)], b"").await;
+        assert_eq!(status, 200);
+        for name in ["quorumlock_mcp_acquisitions_total 1", "quorumlock_mcp_tool_calls_total{tool=\"acquire_lock\",outcome=\"error\"} 1", "quorumlock_mcp_tool_call_duration_seconds_bucket"] {
+            assert!(metrics.contains(name), "missing {name} in\n{metrics}");
+        }
+        let _ = client.cancel().await;
+
+        // Off loopback, a token is mandatory.
+        let refused = tokio::process::Command::new(BIN)
+            .arg("--config")
+            .arg(fx.lab.config_path())
+            .args(["serve", "--http", "0.0.0.0:0"])
+            .env_remove("QUORUMLOCK_MCP_TOKEN")
+            .output()
+            .await
+            .expect("run serve");
+        assert!(!refused.status.success());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains("QUORUMLOCK_MCP_TOKEN"), "{stderr}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_keepalive_leases_and_exits_zero() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let mut server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+        let (client, _) = server.connect(Some(TOKEN)).await.expect("connect");
+        ok(
+            &client,
+            "acquire_lock",
+            json!({"resource": "shutdown:job", "ttl_ms": 30000, "keepalive": true}),
+        )
+        .await;
+        assert!(fx.locks.status("shutdown:job").await.expect("status").held);
+        let status = server.terminate().await;
+        assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+        // Released before exit, not left to its 30 s TTL.
+        assert!(!fx.locks.status("shutdown:job").await.expect("status").held);
+        drop(client);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_a_stdio_server_with_its_client_still_attached() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        // stdout goes to a file, so stdin is read on a blocking thread: the case where a
+        // server that only waits for its runtime would never exit.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let out_path = dir.path().join("stdout.jsonl");
+        let out = std::fs::File::create(&out_path).expect("stdout file");
+        let mut server = tokio::process::Command::new(BIN)
+            .arg("--config")
+            .arg(fx.lab.config_path())
+            .arg("serve")
+            .envs(TEST_ENV)
+            .stdin(std::process::Stdio::piped())
+            .stdout(out)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start the server");
+        let mut stdin = server.stdin.take().expect("stdin");
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"acquire_lock","arguments":{"resource":"stdio:term","ttl_ms":30000,"keepalive":true}}}"#,
+        ];
+        for line in lines {
+            tokio::io::AsyncWriteExt::write_all(&mut stdin, format!("{line}\n").as_bytes())
+                .await
+                .expect("write a request");
+        }
+        let answered = eventually(Duration::from_secs(10), || async {
+            let out = std::fs::read_to_string(&out_path).unwrap_or_default();
+            out.lines().any(|line| line.contains(r#""id":2"#) && line.contains(r#""acquired":true"#))
+        })
+        .await;
+        assert!(answered, "no grant in {:?}", std::fs::read_to_string(&out_path));
+        assert!(fx.locks.status("stdio:term").await.expect("status").held);
+
+        let pid = server.id().expect("pid");
+        // SAFETY: kill(2) on our own child, which has not been reaped (we still hold it).
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        let status = tokio::time::timeout(Duration::from_secs(15), server.wait())
+            .await
+            .expect("the server exits within 15 s of SIGTERM, stdin still open")
+            .expect("wait");
+        assert_eq!(status.code(), Some(0));
+        assert!(!fx.locks.status("stdio:term").await.expect("status").held, "released before exit");
+        drop(stdin);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_session_does_not_break_it() {
+    let mut fx = sentinel_lab().await;
+    within(Duration::from_secs(90), async {
+        let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
+        let client = &server.client;
+        let kept = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "survivor", "ttl_ms": 3000, "keepalive": true}),
+        )
+        .await;
+        let fence = u64_of(&kept, "fencing_token");
+        // A lease may be held on a bare majority (the engine stops at the third grant), and
+        // losing one of those groups can legitimately lose it; kill a group outside it.
+        let victim = kept["quorum"]["groups"]
+            .as_array()
+            .and_then(|votes| votes.iter().position(|v| v["vote"] != json!("granted")))
+            .unwrap_or(0);
+        fx.lab.kill(victim).await.expect("kill a master");
+        let started = Instant::now();
+        let mut round = 0;
+        while started.elapsed() < Duration::from_secs(3) {
+            let resource = format!("during-failover:{round}");
+            let granted = ok(client, "acquire_lock", json!({"resource": resource})).await;
+            assert_eq!(granted["acquired"], json!(true), "round {round}: {granted}");
+            let released = ok(
+                client,
+                "release_lock",
+                json!({"resource": resource, "token": str_of(&granted, "token")}),
+            )
+            .await;
+            assert_eq!(released["released"], json!(true));
+            round += 1;
+        }
+        let status = ok(client, "lock_status", json!({"resource": "survivor"})).await;
+        assert_eq!(status["held"], json!(true), "{status}");
+        assert_eq!(u64_of(&status, "fencing_token"), fence);
+        assert_eq!(status["keepalive"]["state"], json!("renewing"));
+        // Sentinel promotes the replica and the session sees the group again.
+        assert!(
+            eventually(Duration::from_secs(20), || async {
+                ok(client, "cluster_health", json!({})).await["reachable"] == json!(5)
+            })
+            .await,
+            "g1 did not come back after failover"
+        );
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_groups_down_give_the_quorum_error() {
+    // Plain masters without Sentinel: a killed group stays down.
+    let mut fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let client = &server.client;
+        for group in 0..3 {
+            fx.lab.kill(group).await.expect("kill a master");
+        }
+        let message = tool_error(client, "acquire_lock", json!({"resource": "no-quorum"})).await;
+        assert!(message.contains("no quorum"), "{message}");
+        for group in ["g1", "g2", "g3"] {
+            assert!(message.contains(group), "{group} is not named: {message}");
+        }
+        assert!(
+            !message.contains("g4 (") && !message.contains("g5 ("),
+            "{message}"
+        );
+        assert!(
+            message.contains("cluster_health"),
+            "says what to do: {message}"
+        );
+
+        // The session still answers, and health says why.
+        let health = call(client, "cluster_health", json!({})).await;
+        assert!(text(&health).contains("NO quorum"), "{}", text(&health));
+        let health = health.structured_content.expect("structured");
+        assert_eq!(health["quorum_available"], json!(false));
+        assert_eq!(health["reachable"], json!(2));
+        server.close().await;
+    })
+    .await;
+}
