@@ -31,6 +31,7 @@
 
 pub mod bench;
 pub mod checker;
+pub mod cli;
 pub mod config;
 pub mod error;
 mod group;
