@@ -19,6 +19,8 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
 /// Default prefix of every key quorumlock writes.
 pub const DEFAULT_KEY_PREFIX: &str = "ql";
+/// Default longest TTL a lease may have; also how long a fresh master sits out of the vote.
+pub const DEFAULT_MAX_TTL_MS: u64 = 60_000;
 /// Default cap on how long a keepalive may keep renewing one lease.
 pub const DEFAULT_MAX_HOLD_MS: u64 = 3_600_000;
 
@@ -38,6 +40,10 @@ pub struct Topology {
     /// Base delay between acquire attempts, in milliseconds (jittered ±50%).
     #[serde(default = "default_retry_delay_ms")]
     pub retry_delay_ms: u64,
+    /// Longest TTL of any lease, in milliseconds. A promoted replica or a master restarted
+    /// empty stays out of the vote this long, so every grant it may have missed has expired.
+    #[serde(default = "default_max_ttl_ms")]
+    pub max_ttl_ms: u64,
     /// Cap on how long a keepalive renews one lease, in milliseconds.
     #[serde(default = "default_max_hold_ms")]
     pub max_hold_ms: u64,
@@ -121,6 +127,9 @@ fn default_drift_factor() -> f64 {
 fn default_retry_delay_ms() -> u64 {
     DEFAULT_RETRY_DELAY_MS
 }
+fn default_max_ttl_ms() -> u64 {
+    DEFAULT_MAX_TTL_MS
+}
 fn default_max_hold_ms() -> u64 {
     DEFAULT_MAX_HOLD_MS
 }
@@ -133,6 +142,7 @@ impl Topology {
             call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
+            max_ttl_ms: DEFAULT_MAX_TTL_MS,
             max_hold_ms: DEFAULT_MAX_HOLD_MS,
             groups,
         }
@@ -189,6 +199,9 @@ impl Topology {
         if let Some(raw) = lookup("QUORUMLOCK_RETRY_DELAY_MS") {
             self.retry_delay_ms = parse_override("QUORUMLOCK_RETRY_DELAY_MS", &raw)?;
         }
+        if let Some(raw) = lookup("QUORUMLOCK_MAX_TTL_MS") {
+            self.max_ttl_ms = parse_override("QUORUMLOCK_MAX_TTL_MS", &raw)?;
+        }
         if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
             self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
         }
@@ -230,6 +243,15 @@ impl Topology {
                 ),
             ));
         }
+        if !(100..=86_400_000).contains(&self.max_ttl_ms) {
+            return Err(invalid(
+                "max_ttl_ms",
+                format!(
+                    "must be between 100 ms and 24 h (86400000), got {}",
+                    self.max_ttl_ms
+                ),
+            ));
+        }
         if self.max_hold_ms == 0 {
             return Err(invalid("max_hold_ms", "must be above 0"));
         }
@@ -265,6 +287,11 @@ impl Topology {
     /// Base retry delay as a duration.
     pub fn retry_delay(&self) -> Duration {
         Duration::from_millis(self.retry_delay_ms)
+    }
+
+    /// Longest TTL as a duration (also the quarantine of a fresh master).
+    pub fn max_ttl(&self) -> Duration {
+        Duration::from_millis(self.max_ttl_ms)
     }
 
     /// Keepalive cap as a duration.

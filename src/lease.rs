@@ -77,6 +77,7 @@ pub struct Lease {
     token: String,
     fence: u64,
     ttl: Duration,
+    attempts: u32,
     started: Instant,
     valid_until: Instant,
     votes: Vec<GroupVote>,
@@ -91,6 +92,7 @@ impl Lease {
             token,
             fence: granted.fence,
             ttl,
+            attempts: granted.attempts,
             started: granted.started,
             valid_until: granted.valid_until,
             votes: granted.votes,
@@ -129,6 +131,11 @@ impl Lease {
     /// The wall-clock time the lease stops being valid (an estimate from this host's clock).
     pub fn expires_at(&self) -> SystemTime {
         SystemTime::now() + self.validity()
+    }
+
+    /// How many attempts the acquire made (above 1 when it had to wait for another holder).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
     }
 
     /// When the acquire round that produced this lease started.
@@ -172,6 +179,7 @@ impl Lease {
             token: self.token.clone(),
             fence: self.fence,
             ttl: self.ttl,
+            attempts: self.attempts,
             started: self.started,
             valid_until: self.valid_until,
             votes: std::mem::take(&mut self.votes),

@@ -24,8 +24,6 @@ use crate::scripts;
 
 /// Shortest TTL accepted: below this the drift allowance leaves no validity.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// Longest TTL accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Longest wait accepted.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Default TTL of a lease.
@@ -93,6 +91,7 @@ enum Grant {
     Granted,
     Held { remaining_ms: u64, record: String },
     FenceAhead(u64),
+    Quarantined(u64),
 }
 
 /// The result of one extend.
@@ -116,6 +115,8 @@ pub struct Released {
 /// A successful acquire round, before it becomes a [`Lease`].
 pub(crate) struct Granted {
     pub fence: u64,
+    /// Attempts this acquire made (1 when the lock was free at once).
+    pub attempts: u32,
     pub started: Instant,
     pub valid_until: Instant,
     pub votes: Vec<GroupVote>,
@@ -213,19 +214,22 @@ fn parse_grant(values: Vec<Value>) -> Result<Grant, String> {
             record: text(values.get(2)),
         }),
         Some(2) => Ok(Grant::FenceAhead(integer(values.get(1)).unwrap_or(0))),
+        Some(3) => Ok(Grant::Quarantined(integer(values.get(1)).unwrap_or(0))),
         _ => Err(format!("unexpected acquire reply {values:?}")),
     }
 }
 
-pub(crate) fn check_ttl(field: &'static str, ttl: Duration) -> Result<(), Error> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
+/// TTLs must lie within MIN_TTL..=max_ttl: a longer lease could outlive a fresh master's
+/// quarantine.
+fn check_ttl(ttl: Duration, max_ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_TTL || ttl > max_ttl {
         return Err(Error::invalid(
-            field,
+            "ttl",
             format!(
-                "{} ms is outside {}..={} ms",
+                "{} ms is outside {}..={} ms (max_ttl_ms of the topology)",
                 ttl.as_millis(),
                 MIN_TTL.as_millis(),
-                MAX_TTL.as_millis()
+                max_ttl.as_millis()
             ),
         ));
     }
@@ -267,7 +271,7 @@ impl Engine {
 
     pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<(String, Granted), Error> {
         validate_resource(resource)?;
-        check_ttl("ttl", options.ttl)?;
+        check_ttl(options.ttl, self.topology.max_ttl())?;
         if options.wait > MAX_WAIT {
             return Err(Error::invalid(
                 "wait",
@@ -285,9 +289,11 @@ impl Engine {
         })
         .unwrap_or_default();
         let deadline = Instant::now() + options.wait;
+        let mut attempts = 0;
         loop {
+            attempts += 1;
             let (error, may_hold) = match self.attempt(resource, &keys, &token, options.ttl, &record).await {
-                Ok(granted) => return Ok((token, granted)),
+                Ok(granted) => return Ok((token, Granted { attempts, ..granted })),
                 Err(failure) => failure,
             };
             self.roll_back(&keys, &token, &may_hold).await;
@@ -313,7 +319,8 @@ impl Engine {
         let n = self.size();
         let quorum = self.quorum;
         let mut may_hold = vec![false; n];
-        let script_keys = keys.all();
+        let script_keys = keys.acquire();
+        let quarantine = Value::from(to_millis(self.topology.max_ttl()) as i64);
         for round in 0..FENCE_ROUNDS {
             let fence = self.propose_fence();
             let args: Vec<Value> = vec![
@@ -321,6 +328,7 @@ impl Engine {
                 Value::from(to_millis(ttl) as i64),
                 Value::from(fence.to_string()),
                 record.into(),
+                quarantine.clone(),
             ];
             let replies = fan_out(
                 &self.groups,
@@ -345,7 +353,10 @@ impl Engine {
             )
             .await;
             for (index, reply) in replies.iter().enumerate() {
-                may_hold[index] |= !matches!(reply, Some(Reply::Answer(Grant::Held { .. } | Grant::FenceAhead(_))));
+                may_hold[index] |= !matches!(
+                    reply,
+                    Some(Reply::Answer(Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)))
+                );
             }
             let granted = count(&replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
             let ahead: Vec<u64> = replies
@@ -362,6 +373,7 @@ impl Engine {
                 if elapsed < lifetime {
                     return Ok(Granted {
                         fence,
+                        attempts: 1,
                         started,
                         valid_until: started + lifetime,
                         votes,
@@ -413,6 +425,7 @@ impl Engine {
                 vote: Vote::from_reply(reply, |grant| match grant {
                     Grant::Granted => Vote::Granted,
                     Grant::FenceAhead(fence) => Vote::FenceAhead { fence },
+                    Grant::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
                     Grant::Held { remaining_ms, record } => {
                         let record = OwnerRecord::parse(&record);
                         Vote::Held {
@@ -432,7 +445,7 @@ impl Engine {
         if !may_hold.contains(&true) {
             return;
         }
-        let lease_keys = keys.lease();
+        let lease_keys = keys.release();
         let args: Vec<Value> = vec![token.into()];
         futures::future::join_all(self.groups.iter().zip(may_hold).filter(|(_, hold)| **hold).map(|(group, _)| {
             group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
@@ -440,36 +453,34 @@ impl Engine {
         .await;
     }
 
-    /// Fans a compare-by-token script out and turns 1/0 answers into votes.
+    /// Fans a compare-by-token script out (release, extend) and turns its answers
+    /// (`1`, `0`, or `{status, quarantine_left}`) into votes.
     async fn by_token(
         &self,
         script: &fred::types::scripts::Script,
-        resource: &str,
+        keys: Vec<fred::types::Key>,
         args: Vec<Value>,
         wait_for_all: bool,
-    ) -> Result<Vec<GroupVote>, Error> {
-        validate_resource(resource)?;
-        let keys = self.keys(resource).lease();
+    ) -> Vec<GroupVote> {
         let (n, quorum) = (self.size(), self.quorum);
         let replies = fan_out(
             &self.groups,
-            |group| group.eval::<i64>(script, keys.clone(), args.clone()),
+            |group| group.eval::<Value>(script, keys.clone(), args.clone()),
             |replies| {
-                let yes = count(replies, |r| matches!(r, Reply::Answer(1)));
-                let no = count(replies, |r| !matches!(r, Reply::Answer(1)));
+                let yes = count(replies, |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted));
+                let no = count(replies, |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted));
                 !wait_for_all && (yes >= quorum || no > n - quorum)
             },
         )
         .await;
-        Ok(self
-            .groups
+        self.groups
             .iter()
             .zip(replies)
             .map(|(group, reply)| GroupVote {
                 group: group.name.clone(),
-                vote: Vote::from_reply(reply, |answer| if answer == 1 { Vote::Granted } else { Vote::NotHeld }),
+                vote: Vote::from_reply(reply, |answer| token_vote(&answer)),
             })
-            .collect())
+            .collect()
     }
 
     fn not_held_or_unavailable(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
@@ -490,11 +501,18 @@ impl Engine {
     }
 
     pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
-        check_ttl("ttl", ttl)?;
+        check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
+        validate_resource(resource)?;
         let started = Instant::now();
-        let args: Vec<Value> = vec![token.into(), Value::from(to_millis(ttl) as i64)];
-        let votes = self.by_token(&scripts::EXTEND, resource, args, false).await?;
+        let args: Vec<Value> = vec![
+            token.into(),
+            Value::from(to_millis(ttl) as i64),
+            Value::from(to_millis(self.topology.max_ttl()) as i64),
+        ];
+        let votes = self
+            .by_token(&scripts::EXTEND, self.keys(resource).extend(), args, false)
+            .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = ttl.saturating_sub(self.drift(ttl));
         if renewed >= self.quorum && started.elapsed() < lifetime {
@@ -508,7 +526,10 @@ impl Engine {
 
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         check_token(token)?;
-        let votes = self.by_token(&scripts::RELEASE, resource, vec![token.into()], true).await?;
+        validate_resource(resource)?;
+        let votes = self
+            .by_token(&scripts::RELEASE, self.keys(resource).release(), vec![token.into()], true)
+            .await;
         let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
         if groups_released == 0 && answered < self.quorum {
@@ -519,6 +540,21 @@ impl Engine {
             groups_released,
             votes,
         })
+    }
+}
+
+/// The vote behind a release or extend answer.
+fn token_vote(answer: &Value) -> Vote {
+    let (status, detail) = match answer {
+        Value::Array(values) => (integer(values.first()), integer(values.get(1))),
+        other => (integer(Some(other)), None),
+    };
+    match status {
+        Some(1) => Vote::Granted,
+        Some(3) => Vote::Quarantined {
+            remaining_ms: detail.unwrap_or(0),
+        },
+        _ => Vote::NotHeld,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct DemoArgs {
 #[derive(Default)]
 struct Counters {
     acquired: AtomicU64,
+    /// Acquisitions that found the resource held and waited for it.
+    waited: AtomicU64,
     held_elsewhere: AtomicU64,
     unavailable: AtomicU64,
     /// Milliseconds after the start when the victim group first granted again after the kill.
@@ -108,7 +110,8 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
     let back = counters.victim_back_at_ms.load(Ordering::SeqCst);
     println!("\nsummary");
     println!("  acquisitions              {}", verdict.holds);
-    println!("  denied (held by another)  {}", counters.held_elsewhere.load(Ordering::SeqCst));
+    println!("  waited for another holder {}", counters.waited.load(Ordering::SeqCst));
+    println!("  gave up (held too long)   {}", counters.held_elsewhere.load(Ordering::SeqCst));
     println!("  quorum unavailable        {}", counters.unavailable.load(Ordering::SeqCst));
     if back != 0 {
         println!("  g{} voting again          {} ms after the kill", VICTIM + 1, back - kill_ms);
@@ -164,6 +167,9 @@ async fn work(
                     released_at: Instant::now(),
                 });
                 counters.acquired.fetch_add(1, Ordering::Relaxed);
+                if lease.attempts() > 1 {
+                    counters.waited.fetch_add(1, Ordering::Relaxed);
+                }
                 let _ = lease.release().await;
             }
             Err(Error::Held { .. }) => {
