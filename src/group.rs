@@ -15,18 +15,34 @@ use crate::config::{Endpoint, GroupConfig, Topology};
 use crate::error::Error;
 use crate::quorum::Reply;
 
-/// Pause between reconnect attempts; short, because Sentinel fails over in about a second.
-const RECONNECT_DELAY_MS: u32 = 100;
+/// Pause between reconnect attempts. Short and without jitter: a refused connection costs
+/// nothing, and after a failover the group should vote again as soon as it can.
+const RECONNECT_DELAY_MS: u32 = 20;
 /// How long the first connection may take before the group starts out as "down".
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// How a Sentinel-watched group is watched.
+pub(crate) struct Watched {
+    pub service: String,
+    pub addresses: Vec<(String, u16)>,
+    /// Sentinel username and password.
+    pub auth: (Option<String>, Option<String>),
+}
 
 /// One Redis master group that votes.
 pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
+    watched: Option<Watched>,
     client: Client,
     /// The same client with the per-call timeout and fail-fast applied to every command.
     timed: WithOptions<Client>,
+}
+
+fn reconnect_policy() -> ReconnectPolicy {
+    let mut policy = ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS);
+    policy.set_jitter(0);
+    policy
 }
 
 impl Group {
@@ -34,17 +50,26 @@ impl Group {
     /// it reconnects in the background and votes "error" until it is back.
     pub async fn connect(index: usize, config: &GroupConfig, topology: &Topology) -> Result<Self, Error> {
         let endpoint = config.endpoint_at(index)?;
-        let server = match endpoint {
-            Endpoint::Direct { host, port } => ServerConfig::new_centralized(host, port),
-            Endpoint::Sentinel { sentinels, service } => ServerConfig::Sentinel {
-                hosts: sentinels
-                    .into_iter()
-                    .map(|(host, port)| Server::new(host, port))
-                    .collect(),
-                service_name: service,
-                username: config.sentinel_username.clone(),
-                password: config.sentinel_password.clone(),
-            },
+        let (server, watched) = match endpoint {
+            Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
+            Endpoint::Sentinel { sentinels, service } => {
+                let auth = (config.sentinel_username.clone(), config.sentinel_password.clone());
+                let server = ServerConfig::Sentinel {
+                    hosts: sentinels
+                        .iter()
+                        .map(|(host, port)| Server::new(host.as_str(), *port))
+                        .collect(),
+                    service_name: service.clone(),
+                    username: auth.0.clone(),
+                    password: auth.1.clone(),
+                };
+                let watched = Watched {
+                    service,
+                    addresses: sentinels,
+                    auth,
+                };
+                (server, Some(watched))
+            }
         };
         let call_timeout = topology.call_timeout();
         let fred_config = Config {
@@ -70,7 +95,7 @@ impl Group {
             .with_performance_config(|performance| {
                 performance.default_command_timeout = call_timeout;
             })
-            .set_policy(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS))
+            .set_policy(reconnect_policy())
             .build()
             .map_err(|error| Error::Setup {
                 group: config.name.clone(),
@@ -84,6 +109,7 @@ impl Group {
         });
         Ok(Group {
             name: config.name.clone(),
+            watched,
             client,
             timed,
         })
@@ -155,6 +181,16 @@ impl Group {
                 Err(error) => return Reply::Failed(error.to_string()),
             }
         }
+    }
+
+    /// The Sentinels watching this group, if any.
+    pub fn sentinels(&self) -> Option<&Watched> {
+        self.watched.as_ref()
+    }
+
+    /// The underlying client (shared with the Sentinel watcher, which reconnects it).
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Closes the connection.

@@ -23,14 +23,16 @@ pub struct Acquire {
 
 impl Acquire {
     pub(crate) fn new(locks: Locks, resource: String) -> Self {
+        let mut options = AcquireOptions::default();
+        options.ttl = options.ttl.min(locks.topology().max_ttl());
         Acquire {
             locks,
             resource,
-            options: AcquireOptions::default(),
+            options,
         }
     }
 
-    /// How long the lock lives unless extended (default 15 s).
+    /// How long the lock lives unless extended (default 15 s, or max_ttl_ms when lower).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = ttl;
         self

@@ -22,6 +22,7 @@
 //! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
 //! - `scripts`: the `lua/` files, compiled in and named once.
 //! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
+//! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
 //! - [`lock`]: acquire / extend / release with validity and fencing.
 //! - [`lease`]: the acquire builder, leases, keepalive.
 //! - [`inspect`]: one lock as each group sees it; group health.
@@ -43,6 +44,7 @@ pub mod lock;
 mod quorum;
 pub mod resource;
 mod scripts;
+pub mod sentinel;
 
 pub use config::{ConfigError, GroupConfig, Topology};
 pub use error::{Error, Holder};
@@ -50,3 +52,4 @@ pub use inspect::{GroupHealth, GroupView, Health, ListedLock, LockList, LockStat
 pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
 pub use lock::{AcquireOptions, Extended, Locks, Released};
 pub use quorum::{GroupVote, Vote};
+pub use sentinel::Failover;

@@ -21,6 +21,8 @@ use crate::lease::Lease;
 use crate::quorum::{GroupVote, Reply, Vote, count, fan_out};
 use crate::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::scripts;
+use crate::sentinel::{Failover, SentinelWatch};
+use tokio::sync::broadcast;
 
 /// Shortest TTL accepted: below this the drift allowance leaves no validity.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -39,6 +41,9 @@ pub struct Locks {
 
 pub(crate) struct Engine {
     pub groups: Vec<Group>,
+    /// Master changes Sentinel announced, as the groups acted on them.
+    failovers: broadcast::Sender<Failover>,
+    sentinels: SentinelWatch,
     pub topology: Topology,
     pub quorum: usize,
     /// Highest fence this process has proposed or seen; proposals always go above it.
@@ -132,9 +137,13 @@ impl Locks {
             groups.push(Group::connect(index, config, &topology).await?);
         }
         futures::future::join_all(groups.iter().map(Group::start)).await;
+        let (failovers, _) = broadcast::channel(64);
+        let sentinels = SentinelWatch::start(&groups, failovers.clone()).await;
         Ok(Locks {
             engine: Arc::new(Engine {
                 quorum: topology.quorum(),
+                failovers,
+                sentinels,
                 groups,
                 topology,
                 highest_fence: AtomicU64::new(0),
@@ -173,8 +182,14 @@ impl Locks {
         self.engine.quorum
     }
 
+    /// Master changes that Sentinel announces from now on, each after the group reconnected.
+    pub fn failovers(&self) -> broadcast::Receiver<Failover> {
+        self.engine.failovers.subscribe()
+    }
+
     /// Closes every group's connection.
     pub async fn close(&self) {
+        self.engine.sentinels.stop().await;
         futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;
     }
 }
