@@ -28,9 +28,13 @@
 //! - [`inspect`]: one lock as each group sees it; group health.
 //! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
 //! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
+//! - [`chaos`]: workers, fault injector and fenced store for the chaos runs.
+//! - [`checker`]: proves that no two holders overlapped and no fencing token went backwards.
+//! - [`bench`]: the engine benchmark behind `quorumlock bench`.
 //! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
 
 pub mod bench;
+pub mod chaos;
 pub mod checker;
 pub mod cli;
 pub mod config;

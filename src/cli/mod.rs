@@ -2,6 +2,7 @@
 //! module per command family. `main.rs` only calls [`main`].
 
 mod bench;
+mod chaos;
 mod demo;
 pub mod lab;
 
@@ -68,6 +69,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure acquire latency and lock throughput against a topology.
     Bench(bench::BenchArgs),
+    /// Kill, freeze and restart masters while workers contend; check that the lock held.
+    Chaos(chaos::ChaosArgs),
 }
 
 /// Parses arguments, runs the command, and maps its outcome to an exit code.
@@ -102,6 +105,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir).await.map(|()| exit::OK),
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, &cli).await,
+        Command::Chaos(args) => chaos::run(args, cli.lab, &cli.lab_dir).await,
     }
 }
 
