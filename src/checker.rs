@@ -70,7 +70,10 @@ impl Checker {
         let holds = self.holds();
         let mut by_resource: HashMap<&str, Vec<&Hold>> = HashMap::new();
         for hold in &holds {
-            by_resource.entry(hold.resource.as_str()).or_default().push(hold);
+            by_resource
+                .entry(hold.resource.as_str())
+                .or_default()
+                .push(hold);
         }
         let mut verdict = Verdict {
             holds: holds.len(),

@@ -267,7 +267,10 @@ impl Topology {
             if !names.insert(group.name.as_str()) {
                 return Err(invalid(
                     format!("groups[{index}].name"),
-                    format!("`{}` is used by two groups; names must be unique", group.name),
+                    format!(
+                        "`{}` is used by two groups; names must be unique",
+                        group.name
+                    ),
                 ));
             }
         }
@@ -337,7 +340,8 @@ impl GroupConfig {
         }
         match (&self.address, self.sentinels.is_empty(), &self.service) {
             (Some(address), true, None) => {
-                let (host, port) = parse_address(address).map_err(|m| invalid(key("address"), m))?;
+                let (host, port) =
+                    parse_address(address).map_err(|m| invalid(key("address"), m))?;
                 Ok(Endpoint::Direct { host, port })
             }
             (None, false, Some(service)) if !service.is_empty() => {
@@ -345,7 +349,9 @@ impl GroupConfig {
                     .sentinels
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| parse_address(s).map_err(|m| invalid(key(&format!("sentinels[{i}]")), m)))
+                    .map(|(i, s)| {
+                        parse_address(s).map_err(|m| invalid(key(&format!("sentinels[{i}]")), m))
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Endpoint::Sentinel {
                     sentinels,
@@ -422,10 +428,7 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let cases = [
-            (
-                "call_timeout_ms = \"fast\"\ngroups = []",
-                "call_timeout_ms",
-            ),
+            ("call_timeout_ms = \"fast\"\ngroups = []", "call_timeout_ms"),
             ("typo_key = 1\ngroups = []", "typo_key"),
             ("groups = []", "groups"),
             (
@@ -467,6 +470,9 @@ mod tests {
     #[test]
     fn toml_round_trip() {
         let topology = Topology::from_toml(FIVE).expect("valid");
-        assert_eq!(Topology::from_toml(&topology.to_toml()).expect("again"), topology);
+        assert_eq!(
+            Topology::from_toml(&topology.to_toml()).expect("again"),
+            topology
+        );
     }
 }

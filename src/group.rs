@@ -48,12 +48,19 @@ fn reconnect_policy() -> ReconnectPolicy {
 impl Group {
     /// Builds the client and starts connecting. A group that is down now is not an error:
     /// it reconnects in the background and votes "error" until it is back.
-    pub async fn connect(index: usize, config: &GroupConfig, topology: &Topology) -> Result<Self, Error> {
+    pub async fn connect(
+        index: usize,
+        config: &GroupConfig,
+        topology: &Topology,
+    ) -> Result<Self, Error> {
         let endpoint = config.endpoint_at(index)?;
         let (server, watched) = match endpoint {
             Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
             Endpoint::Sentinel { sentinels, service } => {
-                let auth = (config.sentinel_username.clone(), config.sentinel_password.clone());
+                let auth = (
+                    config.sentinel_username.clone(),
+                    config.sentinel_password.clone(),
+                );
                 let server = ServerConfig::Sentinel {
                     hosts: sentinels
                         .iter()
@@ -120,13 +127,22 @@ impl Group {
         let _task = self.client.connect();
         match tokio::time::timeout(CONNECT_TIMEOUT, self.client.wait_for_connect()).await {
             Ok(Ok(())) => tracing::debug!(group = %self.name, "connected"),
-            Ok(Err(error)) => tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background"),
-            Err(_) => tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background"),
+            Ok(Err(error)) => {
+                tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background")
+            }
+            Err(_) => {
+                tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background")
+            }
         }
     }
 
     /// Runs `script` by SHA within the per-call timeout; on NOSCRIPT, loads it and runs it again.
-    pub async fn eval<R: FromValue>(&self, script: &Script, keys: Vec<Key>, args: Vec<Value>) -> Reply<R> {
+    pub async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Reply<R> {
         let first = self
             .timed
             .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())

@@ -131,7 +131,11 @@ impl Locks {
                     let remaining_ms = values.get(1).and_then(Value::as_i64).unwrap_or(-2);
                     Some(Seen {
                         remaining_ms: u64::try_from(remaining_ms).unwrap_or(0),
-                        token: if remaining_ms > 0 { token } else { String::new() },
+                        token: if remaining_ms > 0 {
+                            token
+                        } else {
+                            String::new()
+                        },
                         fence: text(values.get(2)).parse().unwrap_or(0),
                         record: OwnerRecord::parse(&text(values.get(3))),
                     })
@@ -148,12 +152,19 @@ impl Locks {
             .filter(|(_, votes)| **votes >= engine.quorum)
             .map(|(token, _)| *token)
             .next();
-        let holding: Vec<&Seen> = seen.iter().flatten().filter(|s| Some(s.token.as_str()) == leader).collect();
-        let holder = holding.iter().min_by_key(|s| s.remaining_ms).map(|s| Holder {
-            owner: s.record.owner.clone(),
-            purpose: s.record.purpose.clone(),
-            remaining_ms: s.remaining_ms,
-        });
+        let holding: Vec<&Seen> = seen
+            .iter()
+            .flatten()
+            .filter(|s| Some(s.token.as_str()) == leader)
+            .collect();
+        let holder = holding
+            .iter()
+            .min_by_key(|s| s.remaining_ms)
+            .map(|s| Holder {
+                owner: s.record.owner.clone(),
+                purpose: s.record.purpose.clone(),
+                remaining_ms: s.remaining_ms,
+            });
         let fencing_token = holding.iter().map(|s| s.fence).max();
         let groups = engine
             .groups
@@ -162,7 +173,12 @@ impl Locks {
             .map(|(group, (reply, view))| match (reply, view) {
                 (_, Some(view)) => GroupView {
                     group: group.name.clone(),
-                    state: if view.token.is_empty() { "free" } else { "held" }.to_string(),
+                    state: if view.token.is_empty() {
+                        "free"
+                    } else {
+                        "held"
+                    }
+                    .to_string(),
                     remaining_ms: (!view.token.is_empty()).then_some(view.remaining_ms),
                     owner: view.record.owner.clone(),
                     purpose: view.record.purpose.clone(),
@@ -171,7 +187,12 @@ impl Locks {
                 },
                 (reply, None) => GroupView {
                     group: group.name.clone(),
-                    state: if matches!(reply, Some(Reply::Timeout)) { "timeout" } else { "error" }.to_string(),
+                    state: if matches!(reply, Some(Reply::Timeout)) {
+                        "timeout"
+                    } else {
+                        "error"
+                    }
+                    .to_string(),
                     remaining_ms: None,
                     owner: None,
                     purpose: None,
@@ -196,22 +217,44 @@ impl Locks {
     /// at most `limit` of them. Advisory, like [`Locks::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<LockList, Error> {
         if prefix.chars().any(char::is_control) {
-            return Err(Error::invalid("prefix", "must not contain control characters"));
+            return Err(Error::invalid(
+                "prefix",
+                "must not contain control characters",
+            ));
         }
         if limit == 0 || limit > MAX_LIST_LIMIT {
-            return Err(Error::invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+            return Err(Error::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_LIST_LIMIT}"),
+            ));
         }
         let engine = &self.engine;
         let key_prefix = format!("{}:{{", engine.topology.key_prefix);
-        let pattern = format!("{}{}*}}:lock", glob_escape(&key_prefix), glob_escape(prefix));
-        let replies = fan_out(&engine.groups, |group| group.scan_keys(&pattern, MAX_SCAN_KEYS), |_| false).await;
+        let pattern = format!(
+            "{}{}*}}:lock",
+            glob_escape(&key_prefix),
+            glob_escape(prefix)
+        );
+        let replies = fan_out(
+            &engine.groups,
+            |group| group.scan_keys(&pattern, MAX_SCAN_KEYS),
+            |_| false,
+        )
+        .await;
         let mut seen: HashMap<String, usize> = HashMap::new();
-        for keys in replies.into_iter().flatten().filter_map(|reply| match reply {
-            Reply::Answer(keys) => Some(keys),
-            _ => None,
-        }) {
+        for keys in replies
+            .into_iter()
+            .flatten()
+            .filter_map(|reply| match reply {
+                Reply::Answer(keys) => Some(keys),
+                _ => None,
+            })
+        {
             for key in keys {
-                if let Some(resource) = key.strip_prefix(&key_prefix).and_then(|rest| rest.strip_suffix("}:lock")) {
+                if let Some(resource) = key
+                    .strip_prefix(&key_prefix)
+                    .and_then(|rest| rest.strip_suffix("}:lock"))
+                {
                     *seen.entry(resource.to_string()).or_default() += 1;
                 }
             }

@@ -87,7 +87,13 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(engine: Arc<Engine>, resource: String, token: String, ttl: Duration, granted: Granted) -> Self {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        resource: String,
+        token: String,
+        ttl: Duration,
+        granted: Granted,
+    ) -> Self {
         Lease {
             engine,
             resource,
@@ -169,7 +175,11 @@ impl Lease {
     /// release by token (used when the token is handed to someone else).
     pub fn detach(mut self) -> (String, String, u64) {
         self.open = false;
-        (std::mem::take(&mut self.resource), std::mem::take(&mut self.token), self.fence)
+        (
+            std::mem::take(&mut self.resource),
+            std::mem::take(&mut self.token),
+            self.fence,
+        )
     }
 
     /// Starts a keepalive task that renews at about ttl/3.
@@ -209,7 +219,10 @@ impl Drop for Lease {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let engine = self.engine.clone();
-            let (resource, token) = (std::mem::take(&mut self.resource), std::mem::take(&mut self.token));
+            let (resource, token) = (
+                std::mem::take(&mut self.resource),
+                std::mem::take(&mut self.token),
+            );
             runtime.spawn(async move {
                 if let Err(error) = engine.release(&resource, &token).await {
                     tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
@@ -373,7 +386,10 @@ async fn renew(
             }
             Err(Error::NotHeld { .. }) => {
                 lease.open = false;
-                end(&state, LeaseEnd::Lost("another holder or an expiry took the lock".into()));
+                end(
+                    &state,
+                    LeaseEnd::Lost("another holder or an expiry took the lock".into()),
+                );
                 return None;
             }
             Err(error) => {
@@ -381,7 +397,10 @@ async fn renew(
                 let retry = Instant::now() + (interval / 4).max(Duration::from_millis(1));
                 if retry >= lease.valid_until {
                     lease.open = false;
-                    end(&state, LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")));
+                    end(
+                        &state,
+                        LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),
+                    );
                     return None;
                 }
                 tracing::warn!(resource = %lease.resource, %error, "keepalive renewal failed; retrying");

@@ -157,13 +157,28 @@ impl Locks {
     }
 
     /// Acquires with explicit options.
-    pub async fn acquire_with(&self, resource: &str, options: &AcquireOptions) -> Result<Lease, Error> {
+    pub async fn acquire_with(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
         let granted = self.engine.acquire(resource, options).await?;
-        Ok(Lease::new(self.engine.clone(), resource.to_string(), granted.0, options.ttl, granted.1))
+        Ok(Lease::new(
+            self.engine.clone(),
+            resource.to_string(),
+            granted.0,
+            options.ttl,
+            granted.1,
+        ))
     }
 
     /// Renews the lock held under `token` for `ttl` on a majority of groups.
-    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
         self.engine.extend(resource, token, ttl).await
     }
 
@@ -270,7 +285,9 @@ impl Engine {
         let now = unix_micros();
         let previous = self
             .highest_fence
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(last.max(now - 1) + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(last.max(now - 1) + 1)
+            })
             .unwrap_or_else(|last| last);
         previous.max(now - 1) + 1
     }
@@ -284,13 +301,21 @@ impl Engine {
         base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
     }
 
-    pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<(String, Granted), Error> {
+    pub async fn acquire(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<(String, Granted), Error> {
         validate_resource(resource)?;
         check_ttl(options.ttl, self.topology.max_ttl())?;
         if options.wait > MAX_WAIT {
             return Err(Error::invalid(
                 "wait",
-                format!("{} ms is above the limit of {} ms", options.wait.as_millis(), MAX_WAIT.as_millis()),
+                format!(
+                    "{} ms is above the limit of {} ms",
+                    options.wait.as_millis(),
+                    MAX_WAIT.as_millis()
+                ),
             ));
         }
         validate_label("owner", options.owner.as_deref())?;
@@ -307,8 +332,19 @@ impl Engine {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let (error, may_hold) = match self.attempt(resource, &keys, &token, options.ttl, &record).await {
-                Ok(granted) => return Ok((token, Granted { attempts, ..granted })),
+            let (error, may_hold) = match self
+                .attempt(resource, &keys, &token, options.ttl, &record)
+                .await
+            {
+                Ok(granted) => {
+                    return Ok((
+                        token,
+                        Granted {
+                            attempts,
+                            ..granted
+                        },
+                    ));
+                }
                 Err(failure) => failure,
             };
             self.roll_back(&keys, &token, &may_hold).await;
@@ -350,7 +386,10 @@ impl Engine {
                 |group| {
                     let (keys, args) = (script_keys.clone(), args.clone());
                     async move {
-                        match group.eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args).await {
+                        match group
+                            .eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args)
+                            .await
+                        {
                             Reply::Answer(values) => match parse_grant(values) {
                                 Ok(grant) => Reply::Answer(grant),
                                 Err(message) => Reply::Failed(message),
@@ -362,7 +401,9 @@ impl Engine {
                 },
                 |replies| {
                     let granted = count(replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
-                    let lost = count(replies, |r| !matches!(r, Reply::Answer(Grant::Granted | Grant::FenceAhead(_))));
+                    let lost = count(replies, |r| {
+                        !matches!(r, Reply::Answer(Grant::Granted | Grant::FenceAhead(_)))
+                    });
                     granted >= quorum || lost > n - quorum
                 },
             )
@@ -370,7 +411,9 @@ impl Engine {
             for (index, reply) in replies.iter().enumerate() {
                 may_hold[index] |= !matches!(
                     reply,
-                    Some(Reply::Answer(Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)))
+                    Some(Reply::Answer(
+                        Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)
+                    ))
                 );
             }
             let granted = count(&replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
@@ -441,7 +484,10 @@ impl Engine {
                     Grant::Granted => Vote::Granted,
                     Grant::FenceAhead(fence) => Vote::FenceAhead { fence },
                     Grant::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
-                    Grant::Held { remaining_ms, record } => {
+                    Grant::Held {
+                        remaining_ms,
+                        record,
+                    } => {
                         let record = OwnerRecord::parse(&record);
                         Vote::Held {
                             owner: record.owner,
@@ -462,9 +508,15 @@ impl Engine {
         }
         let lease_keys = keys.release();
         let args: Vec<Value> = vec![token.into()];
-        futures::future::join_all(self.groups.iter().zip(may_hold).filter(|(_, hold)| **hold).map(|(group, _)| {
-            group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
-        }))
+        futures::future::join_all(
+            self.groups
+                .iter()
+                .zip(may_hold)
+                .filter(|(_, hold)| **hold)
+                .map(|(group, _)| {
+                    group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
+                }),
+        )
         .await;
     }
 
@@ -482,8 +534,14 @@ impl Engine {
             &self.groups,
             |group| group.eval::<Value>(script, keys.clone(), args.clone()),
             |replies| {
-                let yes = count(replies, |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted));
-                let no = count(replies, |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted));
+                let yes = count(
+                    replies,
+                    |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+                );
+                let no = count(
+                    replies,
+                    |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+                );
                 !wait_for_all && (yes >= quorum || no > n - quorum)
             },
         )
@@ -515,7 +573,12 @@ impl Engine {
         }
     }
 
-    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
         check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
         validate_resource(resource)?;
@@ -543,7 +606,12 @@ impl Engine {
         check_token(token)?;
         validate_resource(resource)?;
         let votes = self
-            .by_token(&scripts::RELEASE, self.keys(resource).release(), vec![token.into()], true)
+            .by_token(
+                &scripts::RELEASE,
+                self.keys(resource).release(),
+                vec![token.into()],
+                true,
+            )
             .await;
         let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
@@ -575,7 +643,12 @@ fn token_vote(answer: &Value) -> Vote {
 
 /// Tokens are what acquire hands out: 32 lowercase hex digits. Anything else cannot match.
 fn check_token(token: &str) -> Result<(), Error> {
-    if token.is_empty() || token.len() > 64 || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+    if token.is_empty()
+        || token.len() > 64
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
         return Err(Error::invalid(
             "token",
             "must be the token returned by acquire (32 hex digits)",

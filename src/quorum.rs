@@ -84,7 +84,10 @@ pub enum Vote {
 impl Vote {
     /// A vote that tells nothing about the lock: the group failed to answer, or sits out.
     pub fn is_failure(&self) -> bool {
-        matches!(self, Vote::Timeout | Vote::Error { .. } | Vote::Quarantined { .. })
+        matches!(
+            self,
+            Vote::Timeout | Vote::Error { .. } | Vote::Quarantined { .. }
+        )
     }
 
     pub(crate) fn from_reply<T>(reply: Option<Reply<T>>, answered: impl FnOnce(T) -> Vote) -> Vote {
@@ -114,7 +117,10 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
             Vote::Timeout => format!("{} (timeout)", v.group),
             Vote::Error { message } => format!("{} ({message})", v.group),
             Vote::Quarantined { remaining_ms } => {
-                format!("{} (new master, out of the vote for another {remaining_ms} ms)", v.group)
+                format!(
+                    "{} (new master, out of the vote for another {remaining_ms} ms)",
+                    v.group
+                )
             }
             _ => v.group.clone(),
         })
@@ -122,6 +128,9 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
 }
 
 /// Counts votes matching `predicate` among the answers gathered so far.
-pub(crate) fn count<T>(replies: &[Option<Reply<T>>], predicate: impl Fn(&Reply<T>) -> bool) -> usize {
+pub(crate) fn count<T>(
+    replies: &[Option<Reply<T>>],
+    predicate: impl Fn(&Reply<T>) -> bool,
+) -> usize {
     replies.iter().flatten().filter(|r| predicate(r)).count()
 }

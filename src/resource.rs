@@ -40,7 +40,12 @@ impl ResourceKeys {
 
     /// Keys of the acquire script.
     pub fn acquire(&self) -> Vec<Key> {
-        vec![self.lock.clone(), self.fence.clone(), self.owner.clone(), self.admission.clone()]
+        vec![
+            self.lock.clone(),
+            self.fence.clone(),
+            self.owner.clone(),
+            self.admission.clone(),
+        ]
     }
 
     /// Keys of the inspect script.
@@ -50,7 +55,11 @@ impl ResourceKeys {
 
     /// Keys of the extend script.
     pub fn extend(&self) -> Vec<Key> {
-        vec![self.lock.clone(), self.owner.clone(), self.admission.clone()]
+        vec![
+            self.lock.clone(),
+            self.owner.clone(),
+            self.admission.clone(),
+        ]
     }
 
     /// Keys of the release script.
@@ -117,7 +126,16 @@ mod tests {
 
     #[test]
     fn keys_never_collide_across_names() {
-        let names = ["a", "a}:lock", "a}", "{a}", "a b", "*", "ключ", "a}:lock}:owner"];
+        let names = [
+            "a",
+            "a}:lock",
+            "a}",
+            "{a}",
+            "a b",
+            "*",
+            "ключ",
+            "a}:lock}:owner",
+        ];
         let mut seen = std::collections::HashSet::new();
         for name in names {
             let keys = ResourceKeys::new("ql", name);

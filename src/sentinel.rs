@@ -41,9 +41,12 @@ impl SentinelWatch {
     /// Subscribes to every distinct Sentinel of every Sentinel-watched group.
     pub async fn start(groups: &[Group], events: broadcast::Sender<Failover>) -> Self {
         let mut services: Services = HashMap::new();
-        let mut sentinels: BTreeMap<(String, u16), (Option<String>, Option<String>)> = BTreeMap::new();
+        let mut sentinels: BTreeMap<(String, u16), (Option<String>, Option<String>)> =
+            BTreeMap::new();
         for group in groups {
-            let Some(watched) = group.sentinels() else { continue };
+            let Some(watched) = group.sentinels() else {
+                continue;
+            };
             services
                 .entry(watched.service.clone())
                 .or_default()

@@ -19,9 +19,21 @@ async fn the_lock_holds_while_masters_die() {
     let report = run(&mut fx.lab, &options).await.expect("chaos run");
     eprintln!("{}", report.table());
     assert!(report.is_safe(), "{}", report.table());
-    assert!(report.acquisitions >= 2000, "too few acquisitions to mean much: {}", report.table());
-    assert!(report.faults_injected.total() >= 10, "too few faults: {}", report.table());
-    assert!(report.pauses > 0 && report.stale_writes_rejected > 0, "{}", report.table());
+    assert!(
+        report.acquisitions >= 2000,
+        "too few acquisitions to mean much: {}",
+        report.table()
+    );
+    assert!(
+        report.faults_injected.total() >= 10,
+        "too few faults: {}",
+        report.table()
+    );
+    assert!(
+        report.pauses > 0 && report.stale_writes_rejected > 0,
+        "{}",
+        report.table()
+    );
     assert!(report.success_rate >= 0.99, "{}", report.table());
 }
 
@@ -30,7 +42,12 @@ async fn a_paused_holders_late_write_is_rejected() {
     let fx = sentinel_lab().await;
     let store = FencedStore::new();
     let ttl = Duration::from_millis(300);
-    let paused = fx.locks.acquire("fenced-resource").ttl(ttl).await.expect("first holder");
+    let paused = fx
+        .locks
+        .acquire("fenced-resource")
+        .ttl(ttl)
+        .await
+        .expect("first holder");
     assert!(store.write("fenced-resource", paused.fencing_token()));
 
     // The first holder stalls (a GC pause) past its validity; the lock expires and moves on.
@@ -41,7 +58,11 @@ async fn a_paused_holders_late_write_is_rejected() {
         .wait(Duration::from_secs(3))
         .await
         .expect("second holder after expiry");
-    assert_eq!(paused.validity(), Duration::ZERO, "the first lease must have run out");
+    assert_eq!(
+        paused.validity(),
+        Duration::ZERO,
+        "the first lease must have run out"
+    );
     assert!(store.write("fenced-resource", next.fencing_token()));
 
     // It wakes up and writes as if it still held the lock: the store refuses.

@@ -54,7 +54,10 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
                 break Instant::now();
             }
             Vote::Granted => panic!("a freshly promoted replica voted"),
-            other => assert!(Instant::now() < deadline, "g1 never answered from its new master: {other:?}"),
+            other => assert!(
+                Instant::now() < deadline,
+                "g1 never answered from its new master: {other:?}"
+            ),
         }
     };
     eprintln!(
@@ -66,7 +69,10 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
     // A client that starts after the failover reads the quarantine from the server itself.
     let late = Locks::connect(fx.topology.clone()).await.expect("connect");
     let votes = attempt_votes(&late, "late-client").await;
-    assert!(matches!(vote_of(&votes, "g1"), Vote::Quarantined { .. }), "{votes:?}");
+    assert!(
+        matches!(vote_of(&votes, "g1"), Vote::Quarantined { .. }),
+        "{votes:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -83,20 +89,45 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
         },
     )
     .await;
-    let holder = fx.locks.acquire("precious").ttl(1_500 * MS).await.expect("holder");
-    assert!(fx.values_of(&lock_key("precious")).await.iter().all(Option::is_some));
+    let holder = fx
+        .locks
+        .acquire("precious")
+        .ttl(1_500 * MS)
+        .await
+        .expect("holder");
+    assert!(
+        fx.values_of(&lock_key("precious"))
+            .await
+            .iter()
+            .all(Option::is_some)
+    );
 
     // A majority of masters comes back without the holder's grant.
     for group in 0..3 {
         fx.lab.restart(group).await.expect("restart");
     }
     let contender = Locks::connect(fx.topology.clone()).await.expect("connect");
-    let first = contender.acquire("precious").await.expect_err("restarted masters must not vote");
-    assert!(matches!(first, Error::Unavailable { .. } | Error::Held { .. }), "{first}");
+    let first = contender
+        .acquire("precious")
+        .await
+        .expect_err("restarted masters must not vote");
+    assert!(
+        matches!(first, Error::Unavailable { .. } | Error::Held { .. }),
+        "{first}"
+    );
     for vote in &first.votes()[..3] {
-        assert!(matches!(vote.vote, Vote::Quarantined { .. } | Vote::NotAwaited), "{first}");
+        assert!(
+            matches!(vote.vote, Vote::Quarantined { .. } | Vote::NotAwaited),
+            "{first}"
+        );
     }
-    assert!(first.votes().iter().any(|v| matches!(v.vote, Vote::Quarantined { .. })), "{first}");
+    assert!(
+        first
+            .votes()
+            .iter()
+            .any(|v| matches!(v.vote, Vote::Quarantined { .. })),
+        "{first}"
+    );
 
     // Keep trying: the contender may win only once the holder's lease has run out.
     let deadline = Instant::now() + Duration::from_secs(10);

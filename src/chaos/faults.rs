@@ -34,7 +34,9 @@ impl FromStr for Fault {
             "freeze" => Ok(Fault::Freeze),
             "restart" => Ok(Fault::Restart),
             "pause" => Ok(Fault::Pause),
-            other => Err(format!("unknown fault `{other}`; expected kill, freeze, restart or pause")),
+            other => Err(format!(
+                "unknown fault `{other}`; expected kill, freeze, restart or pause"
+            )),
         }
     }
 }
@@ -83,7 +85,11 @@ impl Injector {
     pub fn new(groups: usize, faults: &[Fault], max_down: usize, quarantine: Duration) -> Self {
         let now = Instant::now();
         Injector {
-            faults: faults.iter().copied().filter(|f| *f != Fault::Pause).collect(),
+            faults: faults
+                .iter()
+                .copied()
+                .filter(|f| *f != Fault::Pause)
+                .collect(),
             max_down,
             quarantine,
             down_until: vec![now; groups],
@@ -106,13 +112,22 @@ impl Injector {
             return Ok(());
         }
         let now = Instant::now();
-        let healthy: Vec<usize> = (0..self.down_until.len()).filter(|g| self.down_until[*g] <= now).collect();
+        let healthy: Vec<usize> = (0..self.down_until.len())
+            .filter(|g| self.down_until[*g] <= now)
+            .collect();
         let (group, fault, hold) = {
             let mut rng = rand::thread_rng();
-            let (Some(group), Some(fault)) = (healthy.choose(&mut rng).copied(), self.faults.choose(&mut rng).copied()) else {
+            let (Some(group), Some(fault)) = (
+                healthy.choose(&mut rng).copied(),
+                self.faults.choose(&mut rng).copied(),
+            ) else {
                 return Ok(());
             };
-            (group, fault, Duration::from_millis(rng.gen_range(300..1500)))
+            (
+                group,
+                fault,
+                Duration::from_millis(rng.gen_range(300..1500)),
+            )
         };
         match fault {
             Fault::Kill => {
@@ -130,7 +145,8 @@ impl Injector {
             Fault::Restart => {
                 lab.restart(group).await?;
                 self.injected.restart += 1;
-                self.down_until[group] = Instant::now() + self.quarantine + Duration::from_millis(500);
+                self.down_until[group] =
+                    Instant::now() + self.quarantine + Duration::from_millis(500);
             }
             Fault::Pause => {}
         }
@@ -139,14 +155,22 @@ impl Injector {
     }
 
     fn later(&mut self, group: usize, at: Instant, recovery: Recovery) {
-        self.down_until[group] = self.down_until[group].max(at + FAILOVER_ALLOWANCE + self.quarantine);
-        self.pending.push(Pending { group, at, recovery });
+        self.down_until[group] =
+            self.down_until[group].max(at + FAILOVER_ALLOWANCE + self.quarantine);
+        self.pending.push(Pending {
+            group,
+            at,
+            recovery,
+        });
     }
 
     /// Runs the due recoveries (all of them with `everything`).
     pub async fn recover(&mut self, lab: &mut Lab, everything: bool) -> Result<(), LabError> {
         let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|p| everything || p.at <= now);
+        let (due, later): (Vec<_>, Vec<_>) = self
+            .pending
+            .drain(..)
+            .partition(|p| everything || p.at <= now);
         self.pending = later;
         for pending in due {
             match pending.recovery {

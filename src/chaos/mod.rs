@@ -86,7 +86,10 @@ pub struct ChaosReport {
 
 impl ChaosReport {
     pub fn violations(&self) -> u64 {
-        self.overlaps as u64 + self.fencing_regressions as u64 + self.valid_writes_rejected + self.locks_left as u64
+        self.overlaps as u64
+            + self.fencing_regressions as u64
+            + self.valid_writes_rejected
+            + self.locks_left as u64
     }
 
     pub fn is_safe(&self) -> bool {
@@ -153,7 +156,12 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         })
         .collect();
 
-    let mut injector = faults::Injector::new(lab.topology().groups.len(), &options.faults, options.max_down, options.ttl);
+    let mut injector = faults::Injector::new(
+        lab.topology().groups.len(),
+        &options.faults,
+        options.max_down,
+        options.ttl,
+    );
     let mut ticks = tokio::time::interval(options.fault_every);
     ticks.tick().await;
     while Instant::now() < deadline {
@@ -173,7 +181,11 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
 
     // Every lock, crashed holders' included, must be gone one TTL after the last holder.
     tokio::time::sleep(options.ttl + Duration::from_millis(200)).await;
-    let locks_left = locks.list(RESOURCE_PREFIX, 1000).await.map(|list| list.locks.len()).unwrap_or(0);
+    let locks_left = locks
+        .list(RESOURCE_PREFIX, 1000)
+        .await
+        .map(|list| list.locks.len())
+        .unwrap_or(0);
     locks.close().await;
     recovered.map_err(lab_failure)?;
 
@@ -185,13 +197,18 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         acquisitions: acquired,
         acquire_attempts: attempts,
         failed_acquires: tally.failed.load(Ordering::Relaxed),
-        success_rate: if attempts == 0 { 0.0 } else { acquired as f64 / attempts as f64 },
+        success_rate: if attempts == 0 {
+            0.0
+        } else {
+            acquired as f64 / attempts as f64
+        },
         faults_injected: injector.injected.clone(),
         pauses: tally.pauses.load(Ordering::Relaxed),
         crashes: tally.crashes.load(Ordering::Relaxed),
         overlaps: verdict.overlaps,
         fencing_regressions: verdict.fencing_regressions,
-        stale_writes_rejected: store.rejected() - tally.valid_writes_rejected.load(Ordering::Relaxed),
+        stale_writes_rejected: store.rejected()
+            - tally.valid_writes_rejected.load(Ordering::Relaxed),
         valid_writes_rejected: tally.valid_writes_rejected.load(Ordering::Relaxed),
         locks_left,
     })

@@ -33,7 +33,11 @@ impl FencedStore {
             }
             Err(_) => false,
         };
-        let counter = if accepted { &self.accepted } else { &self.rejected };
+        let counter = if accepted {
+            &self.accepted
+        } else {
+            &self.rejected
+        };
         counter.fetch_add(1, Ordering::Relaxed);
         accepted
     }

@@ -11,7 +11,9 @@ use crate::lab::{Lab, LabSpec};
 use crate::lock::Locks;
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it.\n\nExample:\n  quorumlock bench --samples 5000 --phase-secs 5 --json")]
+#[command(
+    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it.\n\nExample:\n  quorumlock bench --samples 5000 --phase-secs 5 --json"
+)]
 pub struct BenchArgs {
     /// Sequential acquire+release cycles for the latency percentiles.
     #[arg(long, default_value_t = 2000)]
@@ -42,7 +44,10 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
         Some(topology) => (topology, None),
         None => {
             let dir = tempfile::tempdir()?;
-            eprintln!("no topology configured: starting a temporary lab in {}", dir.path().display());
+            eprintln!(
+                "no topology configured: starting a temporary lab in {}",
+                dir.path().display()
+            );
             let lab = Lab::start(LabSpec::new(dir.path())).await?;
             (lab.topology(), Some((lab, dir)))
         }
@@ -58,9 +63,11 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
     } else {
         print!("{}", report.table());
     }
-    Ok(if report.contention.overlaps == 0 && report.contention.fencing_regressions == 0 {
-        exit::OK
-    } else {
-        exit::FAILURE
-    })
+    Ok(
+        if report.contention.overlaps == 0 && report.contention.fencing_regressions == 0 {
+            exit::OK
+        } else {
+            exit::FAILURE
+        },
+    )
 }

@@ -10,7 +10,9 @@ use crate::chaos::{ChaosOptions, Fault, run as run_chaos};
 use crate::lab::{Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Starts a temporary lab (5 groups with replicas, 3 Sentinels) unless --lab is given.\n\nExample:\n  quorumlock chaos --duration 600 --workers 8 --resources 3 --faults kill,freeze,restart,pause")]
+#[command(
+    after_help = "Starts a temporary lab (5 groups with replicas, 3 Sentinels) unless --lab is given.\n\nExample:\n  quorumlock chaos --duration 600 --workers 8 --resources 3 --faults kill,freeze,restart,pause"
+)]
 pub struct ChaosArgs {
     /// Seconds to run.
     #[arg(long, default_value_t = 60)]
@@ -22,7 +24,11 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 3)]
     resources: usize,
     /// Faults to inject, comma-separated: kill, freeze, restart, pause.
-    #[arg(long, value_delimiter = ',', default_value = "kill,freeze,restart,pause")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill,freeze,restart,pause"
+    )]
     faults: Vec<Fault>,
     /// Lease TTL in milliseconds (also how long a fresh master sits out of the vote).
     #[arg(long, default_value_t = 1000)]
@@ -35,7 +41,11 @@ pub struct ChaosArgs {
     json: bool,
 }
 
-pub async fn run(args: &ChaosArgs, use_running_lab: bool, lab_dir: &std::path::Path) -> anyhow::Result<u8> {
+pub async fn run(
+    args: &ChaosArgs,
+    use_running_lab: bool,
+    lab_dir: &std::path::Path,
+) -> anyhow::Result<u8> {
     if args.workers == 0 || args.resources == 0 || args.duration == 0 {
         anyhow::bail!("--workers, --resources and --duration must be above 0");
     }
@@ -48,7 +58,11 @@ pub async fn run(args: &ChaosArgs, use_running_lab: bool, lab_dir: &std::path::P
         fault_every: Duration::from_millis(args.fault_every_ms),
         ..ChaosOptions::default()
     };
-    let temporary = if use_running_lab { None } else { Some(tempfile::tempdir()?) };
+    let temporary = if use_running_lab {
+        None
+    } else {
+        Some(tempfile::tempdir()?)
+    };
     let mut lab = match &temporary {
         Some(dir) => {
             eprintln!("starting a temporary lab in {}", dir.path().display());
@@ -72,5 +86,9 @@ pub async fn run(args: &ChaosArgs, use_running_lab: bool, lab_dir: &std::path::P
     } else {
         println!("{}", report.table());
     }
-    Ok(if report.is_safe() { exit::OK } else { exit::FAILURE })
+    Ok(if report.is_safe() {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
 }

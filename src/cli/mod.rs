@@ -51,7 +51,12 @@ pub struct Cli {
     #[arg(long, global = true, conflicts_with = "config")]
     lab: bool,
     /// Where `lab up` keeps its processes' files and config.
-    #[arg(long, global = true, env = "QUORUMLOCK_LAB_DIR", default_value = ".quorumlock/lab")]
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_LAB_DIR",
+        default_value = ".quorumlock/lab"
+    )]
     lab_dir: PathBuf,
     /// Override the per-call timeout of the topology, in milliseconds.
     #[arg(long, global = true)]
@@ -77,7 +82,10 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -97,12 +105,17 @@ fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fred=error"));
     // Logs go to stderr so that stdout stays machine-readable (tables, JSON, MCP on stdio).
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
     match &cli.command {
-        Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir).await.map(|()| exit::OK),
+        Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir)
+            .await
+            .map(|()| exit::OK),
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, &cli).await,
         Command::Chaos(args) => chaos::run(args, cli.lab, &cli.lab_dir).await,
