@@ -164,6 +164,23 @@ impl Group {
         }
     }
 
+    /// `INFO <section>` of the current master, within the per-call timeout.
+    pub async fn info(&self, section: fred::types::InfoKind) -> Reply<String> {
+        match self.timed.info::<String>(Some(section)).await {
+            Ok(text) => Reply::Answer(text),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
+    /// `host:port` of the master the client is connected to now.
+    pub fn connected_master(&self) -> Option<String> {
+        self.client
+            .active_connections()
+            .first()
+            .map(|server| format!("{}:{}", server.host, server.port))
+    }
+
     /// Round-trip time of a PING, bounded by the per-call timeout.
     pub async fn ping(&self) -> Reply<Duration> {
         let started = std::time::Instant::now();

@@ -1,4 +1,4 @@
-//! Read-only views: one lock as each group sees it, and the health of every group.
+//! Read-only views of locks: one lock as each group sees it, and the current locks.
 
 use std::collections::HashMap;
 
@@ -64,25 +64,6 @@ pub struct LockList {
     pub locks: Vec<ListedLock>,
     /// True when more locks matched than `limit`.
     pub truncated: bool,
-}
-
-/// One group's health.
-#[derive(Debug, Clone, Serialize)]
-pub struct GroupHealth {
-    pub group: String,
-    pub reachable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// Every group's health and whether a majority answers.
-#[derive(Debug, Clone, Serialize)]
-pub struct Health {
-    pub quorum_available: bool,
-    pub quorum: usize,
-    pub groups: Vec<GroupHealth>,
 }
 
 /// Largest `limit` accepted by [`Locks::list`].
@@ -286,35 +267,5 @@ impl Locks {
             });
         }
         Ok(LockList { locks, truncated })
-    }
-
-    /// PINGs every group.
-    pub async fn health(&self) -> Health {
-        let engine = &self.engine;
-        let replies = fan_out(&engine.groups, |group| group.ping(), |_| false).await;
-        let groups: Vec<GroupHealth> = engine
-            .groups
-            .iter()
-            .zip(replies)
-            .map(|(group, reply)| {
-                let (latency_ms, error) = match reply {
-                    Some(Reply::Answer(rtt)) => (Some(rtt.as_secs_f64() * 1000.0), None),
-                    Some(Reply::Timeout) => (None, Some("timeout".to_string())),
-                    Some(Reply::Failed(message)) => (None, Some(message)),
-                    None => (None, Some("no answer".to_string())),
-                };
-                GroupHealth {
-                    group: group.name.clone(),
-                    reachable: latency_ms.is_some(),
-                    latency_ms,
-                    error,
-                }
-            })
-            .collect();
-        Health {
-            quorum_available: groups.iter().filter(|g| g.reachable).count() >= engine.quorum,
-            quorum: engine.quorum,
-            groups,
-        }
     }
 }

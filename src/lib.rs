@@ -25,7 +25,8 @@
 //! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
 //! - [`lock`]: acquire / extend / release with validity and fencing.
 //! - [`lease`]: the acquire builder, leases, keepalive.
-//! - [`inspect`]: one lock as each group sees it; group health.
+//! - [`inspect`]: one lock as each group sees it; the current locks.
+//! - [`health`]: each group's reachability, master, Sentinels, replicas and admission.
 //! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
 //! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
 //! - [`chaos`]: workers, fault injector and fenced store for the chaos runs.
@@ -40,6 +41,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 mod group;
+pub mod health;
 pub mod inspect;
 pub mod install;
 pub mod lab;
@@ -52,7 +54,8 @@ pub mod sentinel;
 
 pub use config::{ConfigError, GroupConfig, Topology};
 pub use error::{Error, Holder};
-pub use inspect::{GroupHealth, GroupView, Health, ListedLock, LockList, LockStatus};
+pub use health::{Admission, GroupHealth, Health};
+pub use inspect::{GroupView, ListedLock, LockList, LockStatus};
 pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
 pub use lock::{AcquireOptions, Extended, Locks, Released};
 pub use quorum::{GroupVote, Vote};

@@ -29,5 +29,9 @@ pub(crate) static RELEASE: LazyLock<Script> =
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../lua/inspect.lua")));
 
+/// Read-only view of a master's admission, for health reports.
+pub(crate) static ADMISSION_STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../lua/admission_state.lua")));
+
 /// Admits a master's current replication history to the vote (bootstrap of fresh masters).
 pub const ADMIT_LUA: &str = include_str!("../lua/admit.lua");

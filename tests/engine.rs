@@ -472,3 +472,49 @@ async fn keepalive_renews_and_reports_loss_at_once() {
         freed.err()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_held_locks_by_prefix() {
+    let fx = sentinel_lab().await;
+    let mut leases = Vec::new();
+    for name in ["jobs:a", "jobs:b", "jobs:c", "jobs*literal", "other"] {
+        leases.push(fx.locks.acquire(name).owner("lister").await.expect("acquire"));
+    }
+    let released = leases.remove(1); // jobs:b
+    released.release().await.expect("release");
+
+    let jobs = fx.locks.list("jobs:", 100).await.expect("list");
+    let names: Vec<&str> = jobs.locks.iter().map(|l| l.resource.as_str()).collect();
+    assert_eq!(names, ["jobs:a", "jobs:c"]);
+    assert!(!jobs.truncated);
+    assert!(jobs.locks.iter().all(|l| l.owner.as_deref() == Some("lister") && l.remaining_ms > 0));
+
+    // Glob characters in the prefix match literally.
+    let literal = fx.locks.list("jobs*", 100).await.expect("list");
+    assert_eq!(literal.locks.len(), 1, "{:?}", literal.locks);
+    let limited = fx.locks.list("", 2).await.expect("list");
+    assert_eq!(limited.locks.len(), 2);
+    assert!(limited.truncated);
+    assert!(matches!(fx.locks.list("", 0).await, Err(Error::InvalidInput { field: "limit", .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_masters_replicas_sentinels_and_admission() {
+    let mut fx = sentinel_lab().await;
+    let health = fx.locks.health().await;
+    assert!(health.quorum_available);
+    assert_eq!(health.voting, 5);
+    for group in &health.groups {
+        assert!(group.reachable, "{group:?}");
+        assert_eq!(group.role.as_deref(), Some("master"), "{group:?}");
+        assert_eq!(group.replicas.len(), 1, "{group:?}");
+        assert_eq!(group.sentinels.len(), 3, "{group:?}");
+        assert_eq!(group.sentinels_agree, Some(true), "{group:?}");
+        assert_eq!(group.admission, quorumlock::Admission::Voting, "{group:?}");
+    }
+    fx.lab.kill(4).await.expect("kill");
+    let health = fx.locks.health().await;
+    assert!(!health.groups[4].reachable);
+    assert_eq!(health.voting, 4);
+    assert!(health.quorum_available);
+}

@@ -66,6 +66,12 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
         failover.reconnected_at - failover.announced_at
     );
 
+    let health = fx.locks.health().await;
+    let g1 = &health.groups[0];
+    assert!(matches!(g1.admission, quorumlock::Admission::Quarantined { .. }), "{g1:?}");
+    assert_eq!(health.voting, 4);
+    assert_ne!(g1.master.as_deref(), Some(format!("127.0.0.1:{}", killed.port).as_str()));
+
     // A client that starts after the failover reads the quarantine from the server itself.
     let late = Locks::connect(fx.topology.clone()).await.expect("connect");
     let votes = attempt_votes(&late, "late-client").await;
