@@ -21,6 +21,8 @@ pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
 pub const DEFAULT_KEY_PREFIX: &str = "ql";
 /// Default longest TTL a lease may have; also how long a fresh master sits out of the vote.
 pub const DEFAULT_MAX_TTL_MS: u64 = 60_000;
+/// Default bound on waiting for replicas to acknowledge a grant.
+pub const DEFAULT_REPLICA_ACK_TIMEOUT_MS: u64 = 50;
 /// Default cap on how long a keepalive may keep renewing one lease.
 pub const DEFAULT_MAX_HOLD_MS: u64 = 3_600_000;
 
@@ -47,6 +49,13 @@ pub struct Topology {
     /// Cap on how long a keepalive renews one lease, in milliseconds.
     #[serde(default = "default_max_hold_ms")]
     pub max_hold_ms: u64,
+    /// Replicas that must acknowledge a grant (`WAIT`) before it counts; 0 turns it off.
+    #[serde(default)]
+    pub replica_acks: u32,
+    /// How long a grant may wait for those acknowledgements, in milliseconds (below
+    /// `call_timeout_ms`).
+    #[serde(default = "default_replica_ack_timeout_ms")]
+    pub replica_ack_timeout_ms: u64,
     /// The master groups that vote. Use an odd number (3, 5, 7).
     pub groups: Vec<GroupConfig>,
 }
@@ -127,6 +136,9 @@ fn default_drift_factor() -> f64 {
 fn default_retry_delay_ms() -> u64 {
     DEFAULT_RETRY_DELAY_MS
 }
+fn default_replica_ack_timeout_ms() -> u64 {
+    DEFAULT_REPLICA_ACK_TIMEOUT_MS
+}
 fn default_max_ttl_ms() -> u64 {
     DEFAULT_MAX_TTL_MS
 }
@@ -143,6 +155,8 @@ impl Topology {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
             max_ttl_ms: DEFAULT_MAX_TTL_MS,
+            replica_acks: 0,
+            replica_ack_timeout_ms: DEFAULT_REPLICA_ACK_TIMEOUT_MS,
             max_hold_ms: DEFAULT_MAX_HOLD_MS,
             groups,
         }
@@ -202,6 +216,9 @@ impl Topology {
         if let Some(raw) = lookup("QUORUMLOCK_MAX_TTL_MS") {
             self.max_ttl_ms = parse_override("QUORUMLOCK_MAX_TTL_MS", &raw)?;
         }
+        if let Some(raw) = lookup("QUORUMLOCK_REPLICA_ACKS") {
+            self.replica_acks = parse_override("QUORUMLOCK_REPLICA_ACKS", &raw)?;
+        }
         if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
             self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
         }
@@ -249,6 +266,15 @@ impl Topology {
                 format!(
                     "must be between 100 ms and 24 h (86400000), got {}",
                     self.max_ttl_ms
+                ),
+            ));
+        }
+        if self.replica_acks > 0 && self.replica_ack_timeout_ms >= self.call_timeout_ms {
+            return Err(invalid(
+                "replica_ack_timeout_ms",
+                format!(
+                    "must be below call_timeout_ms ({}), got {}",
+                    self.call_timeout_ms, self.replica_ack_timeout_ms
                 ),
             ));
         }

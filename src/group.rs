@@ -181,6 +181,30 @@ impl Group {
             .map(|server| format!("{}:{}", server.host, server.port))
     }
 
+    /// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
+    /// timeout_ms`; answers the script's reply and how many replicas acknowledged it.
+    pub async fn eval_acknowledged<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> Reply<(R, i64)> {
+        let acknowledged = self.timed.wait::<i64>(
+            i64::from(replicas),
+            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+        );
+        let (answer, acknowledged) = tokio::join!(self.eval::<R>(script, keys, args), acknowledged);
+        match (answer, acknowledged) {
+            (Reply::Answer(answer), Ok(count)) => Reply::Answer((answer, count)),
+            (Reply::Answer(_), Err(error)) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
+            (Reply::Timeout, _) => Reply::Timeout,
+            (Reply::Failed(message), _) => Reply::Failed(message),
+        }
+    }
+
     /// Round-trip time of a PING, bounded by the per-call timeout.
     pub async fn ping(&self) -> Reply<Duration> {
         let started = std::time::Instant::now();

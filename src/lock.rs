@@ -383,22 +383,7 @@ impl Engine {
             ];
             let replies = fan_out(
                 &self.groups,
-                |group| {
-                    let (keys, args) = (script_keys.clone(), args.clone());
-                    async move {
-                        match group
-                            .eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args)
-                            .await
-                        {
-                            Reply::Answer(values) => match parse_grant(values) {
-                                Ok(grant) => Reply::Answer(grant),
-                                Err(message) => Reply::Failed(message),
-                            },
-                            Reply::Timeout => Reply::Timeout,
-                            Reply::Failed(message) => Reply::Failed(message),
-                        }
-                    }
-                },
+                |group| self.ask_grant(group, script_keys.clone(), args.clone()),
                 |replies| {
                     let granted = count(replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
                     let lost = count(replies, |r| {
@@ -454,6 +439,49 @@ impl Engine {
         }
         // The loop always returns in its last round.
         Err((self.denial(resource, Vec::new()), may_hold))
+    }
+
+    /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
+    /// once that many replicas acknowledged it (`WAIT`, pipelined behind the script).
+    async fn ask_grant(
+        &self,
+        group: &Group,
+        keys: Vec<fred::types::Key>,
+        args: Vec<Value>,
+    ) -> Reply<Grant> {
+        let wanted = self.topology.replica_acks;
+        let (values, acknowledged) = if wanted == 0 {
+            match group
+                .eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args)
+                .await
+            {
+                Reply::Answer(values) => (values, None),
+                Reply::Timeout => return Reply::Timeout,
+                Reply::Failed(message) => return Reply::Failed(message),
+            }
+        } else {
+            let timeout = self.topology.replica_ack_timeout_ms;
+            match group
+                .eval_acknowledged::<Vec<Value>>(&scripts::ACQUIRE, keys, args, wanted, timeout)
+                .await
+            {
+                Reply::Answer((values, count)) => (values, Some(count)),
+                Reply::Timeout => return Reply::Timeout,
+                Reply::Failed(message) => return Reply::Failed(message),
+            }
+        };
+        match (parse_grant(values), acknowledged) {
+            // A grant its replicas have not seen could vanish in a failover: it does not count,
+            // and the rollback removes it.
+            (Ok(Grant::Granted), Some(count)) if count < i64::from(wanted) => {
+                Reply::Failed(format!(
+                    "grant acknowledged by {count} of {wanted} replicas within {} ms",
+                    self.topology.replica_ack_timeout_ms
+                ))
+            }
+            (Ok(grant), _) => Reply::Answer(grant),
+            (Err(message), _) => Reply::Failed(message),
+        }
     }
 
     /// Why a vote without a majority failed: the infrastructure, or another holder.

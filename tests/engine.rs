@@ -478,7 +478,13 @@ async fn list_shows_held_locks_by_prefix() {
     let fx = sentinel_lab().await;
     let mut leases = Vec::new();
     for name in ["jobs:a", "jobs:b", "jobs:c", "jobs*literal", "other"] {
-        leases.push(fx.locks.acquire(name).owner("lister").await.expect("acquire"));
+        leases.push(
+            fx.locks
+                .acquire(name)
+                .owner("lister")
+                .await
+                .expect("acquire"),
+        );
     }
     let released = leases.remove(1); // jobs:b
     released.release().await.expect("release");
@@ -487,7 +493,11 @@ async fn list_shows_held_locks_by_prefix() {
     let names: Vec<&str> = jobs.locks.iter().map(|l| l.resource.as_str()).collect();
     assert_eq!(names, ["jobs:a", "jobs:c"]);
     assert!(!jobs.truncated);
-    assert!(jobs.locks.iter().all(|l| l.owner.as_deref() == Some("lister") && l.remaining_ms > 0));
+    assert!(
+        jobs.locks
+            .iter()
+            .all(|l| l.owner.as_deref() == Some("lister") && l.remaining_ms > 0)
+    );
 
     // Glob characters in the prefix match literally.
     let literal = fx.locks.list("jobs*", 100).await.expect("list");
@@ -495,7 +505,10 @@ async fn list_shows_held_locks_by_prefix() {
     let limited = fx.locks.list("", 2).await.expect("list");
     assert_eq!(limited.locks.len(), 2);
     assert!(limited.truncated);
-    assert!(matches!(fx.locks.list("", 0).await, Err(Error::InvalidInput { field: "limit", .. })));
+    assert!(matches!(
+        fx.locks.list("", 0).await,
+        Err(Error::InvalidInput { field: "limit", .. })
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

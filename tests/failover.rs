@@ -68,9 +68,15 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
 
     let health = fx.locks.health().await;
     let g1 = &health.groups[0];
-    assert!(matches!(g1.admission, quorumlock::Admission::Quarantined { .. }), "{g1:?}");
+    assert!(
+        matches!(g1.admission, quorumlock::Admission::Quarantined { .. }),
+        "{g1:?}"
+    );
     assert_eq!(health.voting, 4);
-    assert_ne!(g1.master.as_deref(), Some(format!("127.0.0.1:{}", killed.port).as_str()));
+    assert_ne!(
+        g1.master.as_deref(),
+        Some(format!("127.0.0.1:{}", killed.port).as_str())
+    );
 
     // A client that starts after the failover reads the quarantine from the server itself.
     let late = Locks::connect(fx.topology.clone()).await.expect("connect");
@@ -149,4 +155,45 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
         "double grant: the contender won while the holder's lease was still valid"
     );
     assert!(lease.fencing_token() > holder.fencing_token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_without_replica_acknowledgement_do_not_count() {
+    let fx = fixture(
+        |spec| spec,
+        |mut topology| {
+            topology.replica_acks = 1;
+            topology.call_timeout_ms = 300;
+            topology.replica_ack_timeout_ms = 50;
+            topology
+        },
+    )
+    .await;
+    let lease = fx.locks.acquire("acked").await.expect("replicas acknowledge");
+    assert!(lease.votes().iter().filter(|v| v.vote == Vote::Granted).count() >= 3);
+    lease.release().await.expect("release");
+
+    // Replicas of three groups stop acknowledging (frozen, as in a partition).
+    let frozen: Vec<u32> = fx
+        .lab
+        .status()
+        .await
+        .into_iter()
+        .filter(|node| node.kind == quorumlock::lab::NodeKind::Replica && node.group.is_some_and(|g| g < 3))
+        .map(|node| node.pid)
+        .collect();
+    assert_eq!(frozen.len(), 3);
+    for pid in &frozen {
+        // SAFETY: kill(2) on a PID of a replica this test's lab started.
+        assert_eq!(unsafe { libc::kill(*pid as i32, libc::SIGSTOP) }, 0);
+    }
+    let error = fx.locks.acquire("unacked").await.expect_err("unacknowledged grants do not count");
+    for pid in &frozen {
+        // SAFETY: as above.
+        unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
+    }
+    assert!(error.is_unavailable(), "{error}");
+    assert!(error.to_string().contains("acknowledged by 0 of 1"), "{error}");
+    let values = fx.values_of(&lock_key("unacked")).await;
+    assert_eq!(values, vec![None; 5], "unacknowledged grants were not rolled back");
 }
