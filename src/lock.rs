@@ -187,6 +187,12 @@ impl Locks {
         self.engine.release(resource, token).await
     }
 
+    /// Deletes the lock on every group whoever holds it; for operators clearing a stuck
+    /// lock. The holder is not told; its fencing token stays below every later holder's.
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        self.engine.force_release(resource).await
+    }
+
     /// The topology this client votes over.
     pub fn topology(&self) -> &Topology {
         &self.engine.topology
@@ -633,14 +639,25 @@ impl Engine {
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         check_token(token)?;
         validate_resource(resource)?;
+        let keys = self.keys(resource).release();
         let votes = self
-            .by_token(
-                &scripts::RELEASE,
-                self.keys(resource).release(),
-                vec![token.into()],
-                true,
-            )
+            .by_token(&scripts::RELEASE, keys, vec![token.into()], true)
             .await;
+        self.released(resource, votes)
+    }
+
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        validate_resource(resource)?;
+        let keys = self.keys(resource).release();
+        let votes = self
+            .by_token(&scripts::FORCE_RELEASE, keys, Vec::new(), true)
+            .await;
+        self.released(resource, votes)
+    }
+
+    /// A release's outcome: what was deleted, or an error when too few groups answered to
+    /// know.
+    fn released(&self, resource: &str, votes: Vec<GroupVote>) -> Result<Released, Error> {
         let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
         if groups_released == 0 && answered < self.quorum {

@@ -25,6 +25,9 @@ pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
 /// Compare-and-delete of the lock and its owner record.
 pub(crate) static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../lua/release.lua")));
+/// Delete of the lock and its owner record whatever the token (operators only).
+pub(crate) static FORCE_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../lua/force_release.lua")));
 /// Read-only view of the lock, its fence and its owner record.
 pub(crate) static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../lua/inspect.lua")));

@@ -169,8 +169,19 @@ async fn grants_without_replica_acknowledgement_do_not_count() {
         },
     )
     .await;
-    let lease = fx.locks.acquire("acked").await.expect("replicas acknowledge");
-    assert!(lease.votes().iter().filter(|v| v.vote == Vote::Granted).count() >= 3);
+    let lease = fx
+        .locks
+        .acquire("acked")
+        .await
+        .expect("replicas acknowledge");
+    assert!(
+        lease
+            .votes()
+            .iter()
+            .filter(|v| v.vote == Vote::Granted)
+            .count()
+            >= 3
+    );
     lease.release().await.expect("release");
 
     // Replicas of three groups stop acknowledging (frozen, as in a partition).
@@ -179,7 +190,9 @@ async fn grants_without_replica_acknowledgement_do_not_count() {
         .status()
         .await
         .into_iter()
-        .filter(|node| node.kind == quorumlock::lab::NodeKind::Replica && node.group.is_some_and(|g| g < 3))
+        .filter(|node| {
+            node.kind == quorumlock::lab::NodeKind::Replica && node.group.is_some_and(|g| g < 3)
+        })
         .map(|node| node.pid)
         .collect();
     assert_eq!(frozen.len(), 3);
@@ -187,13 +200,24 @@ async fn grants_without_replica_acknowledgement_do_not_count() {
         // SAFETY: kill(2) on a PID of a replica this test's lab started.
         assert_eq!(unsafe { libc::kill(*pid as i32, libc::SIGSTOP) }, 0);
     }
-    let error = fx.locks.acquire("unacked").await.expect_err("unacknowledged grants do not count");
+    let error = fx
+        .locks
+        .acquire("unacked")
+        .await
+        .expect_err("unacknowledged grants do not count");
     for pid in &frozen {
         // SAFETY: as above.
         unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
     }
     assert!(error.is_unavailable(), "{error}");
-    assert!(error.to_string().contains("acknowledged by 0 of 1"), "{error}");
+    assert!(
+        error.to_string().contains("acknowledged by 0 of 1"),
+        "{error}"
+    );
     let values = fx.values_of(&lock_key("unacked")).await;
-    assert_eq!(values, vec![None; 5], "unacknowledged grants were not rolled back");
+    assert_eq!(
+        values,
+        vec![None; 5],
+        "unacknowledged grants were not rolled back"
+    );
 }

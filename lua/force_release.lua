@@ -1,0 +1,9 @@
+-- Delete the lock whoever holds it (an operator's last resort for a stuck lock). The fence
+-- stays: the next holder must still get a larger fencing token than the evicted one.
+-- KEYS: lock, owner
+-- Returns 1 when a lock was there | 0
+if redis.call('DEL', KEYS[1]) == 1 then
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+return 0
