@@ -535,13 +535,28 @@ async fn health_reports_masters_replicas_sentinels_and_admission() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
     let fx = sentinel_lab().await;
-    let stuck = fx.locks.acquire("stuck").ttl(Duration::from_secs(30)).await.expect("acquire");
+    let stuck = fx
+        .locks
+        .acquire("stuck")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
     let (_, _, stuck_fence) = stuck.detach();
-    let cleared = fx.locks.force_release("stuck").await.expect("force release");
+    let cleared = fx
+        .locks
+        .force_release("stuck")
+        .await
+        .expect("force release");
     assert!(cleared.released);
     assert!(cleared.groups_released >= 3);
     let next = fx.locks.acquire("stuck").await.expect("free again");
     assert!(next.fencing_token() > stuck_fence);
     next.release().await.expect("release");
-    assert!(!fx.locks.force_release("stuck").await.expect("nothing to clear").released);
+    assert!(
+        !fx.locks
+            .force_release("stuck")
+            .await
+            .expect("nothing to clear")
+            .released
+    );
 }

@@ -27,9 +27,6 @@ pub struct BenchArgs {
     /// Workers contending for one resource.
     #[arg(long, default_value_t = 16)]
     contenders: usize,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
@@ -53,12 +50,23 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
         }
     };
     let locks = Locks::connect(topology).await?;
-    let report = run_bench(&locks, &options, |phase| eprintln!("running: {phase}")).await?;
+    // A spinner on stderr (drawn only on a terminal) shows which phase is running.
+    let progress = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    progress.enable_steady_tick(Duration::from_millis(100));
+    let report = run_bench(&locks, &options, |phase| {
+        progress.set_message(phase.to_string())
+    })
+    .await;
+    progress.finish_and_clear();
+    let report = report?;
     locks.close().await;
     if let Some((lab, _dir)) = temporary {
         lab.stop().await?;
     }
-    if args.json {
+    if cli.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table());

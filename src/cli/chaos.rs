@@ -36,15 +36,13 @@ pub struct ChaosArgs {
     /// Milliseconds between two fault decisions.
     #[arg(long, default_value_t = 1500)]
     fault_every_ms: u64,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 pub async fn run(
     args: &ChaosArgs,
     use_running_lab: bool,
     lab_dir: &std::path::Path,
+    json: bool,
 ) -> anyhow::Result<u8> {
     if args.workers == 0 || args.resources == 0 || args.duration == 0 {
         anyhow::bail!("--workers, --resources and --duration must be above 0");
@@ -81,7 +79,7 @@ pub async fn run(
     if temporary.is_some() {
         lab.stop().await?;
     }
-    if args.json {
+    if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("{}", report.table());
