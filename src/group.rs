@@ -34,6 +34,8 @@ pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
     watched: Option<Watched>,
+    /// How this group's clients are built, kept for the release subscriber made on demand.
+    builder: Builder,
     client: Client,
     /// The same client with the per-call timeout and fail-fast applied to every command.
     timed: WithOptions<Client>,
@@ -86,7 +88,8 @@ impl Group {
             fail_fast: true,
             ..Default::default()
         };
-        let client = Builder::from_config(fred_config)
+        let mut builder = Builder::from_config(fred_config);
+        builder
             .with_connection_config(|connection| {
                 connection.connection_timeout = CONNECT_TIMEOUT;
                 connection.internal_command_timeout = CONNECT_TIMEOUT;
@@ -102,12 +105,11 @@ impl Group {
             .with_performance_config(|performance| {
                 performance.default_command_timeout = call_timeout;
             })
-            .set_policy(reconnect_policy())
-            .build()
-            .map_err(|error| Error::Setup {
-                group: config.name.clone(),
-                message: error.to_string(),
-            })?;
+            .set_policy(reconnect_policy());
+        let client = builder.build().map_err(|error| Error::Setup {
+            group: config.name.clone(),
+            message: error.to_string(),
+        })?;
         let timed = client.with_options(&Options {
             timeout: Some(call_timeout),
             fail_fast: true,
@@ -117,6 +119,7 @@ impl Group {
         Ok(Group {
             name: config.name.clone(),
             watched,
+            builder,
             client,
             timed,
         })
@@ -238,6 +241,14 @@ impl Group {
                 Err(error) => return Reply::Failed(error.to_string()),
             }
         }
+    }
+
+    /// A new pub/sub client to this group's master (it follows failovers like the main one).
+    pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, fred::error::Error> {
+        let mut builder = self.builder.clone();
+        // Subscribing waits for messages: no command timeout, and no fail-fast.
+        builder.with_performance_config(|p| p.default_command_timeout = Duration::ZERO);
+        builder.build_subscriber_client()
     }
 
     /// The Sentinels watching this group, if any.

@@ -23,6 +23,7 @@
 //! - `scripts`: the `lua/` files, compiled in and named once.
 //! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
 //! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
+//! - `waiters`: release announcements that wake denied acquires instead of polling.
 //! - [`lock`]: acquire / extend / release with validity and fencing.
 //! - [`lease`]: the acquire builder, leases, keepalive.
 //! - [`inspect`]: one lock as each group sees it; the current locks.
@@ -51,6 +52,7 @@ mod quorum;
 pub mod resource;
 mod scripts;
 pub mod sentinel;
+mod waiters;
 
 pub use config::{ConfigError, GroupConfig, Topology};
 pub use error::{Error, Holder};

@@ -22,6 +22,7 @@ use crate::quorum::{GroupVote, Reply, Vote, count, fan_out};
 use crate::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::scripts;
 use crate::sentinel::{Failover, SentinelWatch};
+use crate::waiters::{Waiters, Watch};
 use tokio::sync::broadcast;
 
 /// Shortest TTL accepted: below this the drift allowance leaves no validity.
@@ -30,6 +31,9 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Default TTL of a lease.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Extra tries of a delete on a group that timed out or failed: deletes are idempotent, and
+/// without them a lock would stay on that group until its TTL.
+const DELETE_RETRIES: usize = 2;
 /// Rounds one attempt may spend raising its fencing proposal above a group's fence.
 const FENCE_ROUNDS: usize = 3;
 
@@ -44,6 +48,8 @@ pub(crate) struct Engine {
     /// Master changes Sentinel announced, as the groups acted on them.
     failovers: broadcast::Sender<Failover>,
     sentinels: SentinelWatch,
+    /// Release subscriptions of denied acquires that wait.
+    waiters: Waiters,
     pub topology: Topology,
     pub quorum: usize,
     /// Highest fence this process has proposed or seen; proposals always go above it.
@@ -144,6 +150,7 @@ impl Locks {
                 quorum: topology.quorum(),
                 failovers,
                 sentinels,
+                waiters: Waiters::default(),
                 groups,
                 topology,
                 highest_fence: AtomicU64::new(0),
@@ -211,6 +218,7 @@ impl Locks {
     /// Closes every group's connection.
     pub async fn close(&self) {
         self.engine.sentinels.stop().await;
+        self.engine.waiters.stop().await;
         futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;
     }
 }
@@ -336,8 +344,19 @@ impl Engine {
         .unwrap_or_default();
         let deadline = Instant::now() + options.wait;
         let mut attempts = 0;
+        // Subscribed to the resource's release channel once a wait finds it held.
+        let mut watch: Option<Watch> = None;
         loop {
             attempts += 1;
+            // Armed before the attempt, so a release announced during it is not missed.
+            let notify = watch.as_ref().map(Watch::notify);
+            let released = async {
+                match &notify {
+                    Some(notify) => notify.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(released);
             let (error, may_hold) = match self
                 .attempt(resource, &keys, &token, options.ttl, &record)
                 .await
@@ -358,7 +377,30 @@ impl Engine {
             if now >= deadline || matches!(error, Error::InvalidInput { .. }) {
                 return Err(error);
             }
-            tokio::time::sleep(self.retry_delay().min(deadline - now)).await;
+            let holder_left = match &error {
+                Error::Held { holder, .. } => holder
+                    .as_ref()
+                    .map(|h| Duration::from_millis(h.remaining_ms)),
+                _ => None,
+            };
+            if watch.is_none() && matches!(error, Error::Held { .. }) {
+                // Try again at once after subscribing: a release before the subscription
+                // shows up as a free lock, one after it as a message.
+                watch = Some(self.waiters.watch(&self.groups, &keys.released).await);
+                continue;
+            }
+            let delay = match (&watch, holder_left) {
+                // Announcements wake us; the timer only covers expiries and lost messages.
+                (Some(_), Some(left)) => left.clamp(
+                    self.topology.retry_delay(),
+                    self.topology.retry_delay() * 10,
+                ),
+                _ => self.retry_delay(),
+            };
+            tokio::select! {
+                _ = &mut released => {}
+                _ = tokio::time::sleep(delay.min(deadline - now)) => {}
+            }
         }
     }
 
@@ -541,7 +583,7 @@ impl Engine {
             return;
         }
         let lease_keys = keys.release();
-        let args: Vec<Value> = vec![token.into()];
+        let args: Vec<Value> = vec![token.into(), keys.released.as_str().into()];
         futures::future::join_all(
             self.groups
                 .iter()
@@ -561,12 +603,32 @@ impl Engine {
         script: &fred::types::scripts::Script,
         keys: Vec<fred::types::Key>,
         args: Vec<Value>,
-        wait_for_all: bool,
+        call: TokenCall,
     ) -> Vec<GroupVote> {
         let (n, quorum) = (self.size(), self.quorum);
+        let (wait_for_all, retries) = match call {
+            TokenCall::Renew => (false, 0),
+            TokenCall::Delete => (true, DELETE_RETRIES),
+        };
         let replies = fan_out(
             &self.groups,
-            |group| group.eval::<Value>(script, keys.clone(), args.clone()),
+            |group| {
+                let (keys, args) = (keys.clone(), args.clone());
+                async move {
+                    let mut reply = group
+                        .eval::<Value>(script, keys.clone(), args.clone())
+                        .await;
+                    for _ in 0..retries {
+                        if matches!(reply, Reply::Answer(_)) {
+                            break;
+                        }
+                        reply = group
+                            .eval::<Value>(script, keys.clone(), args.clone())
+                            .await;
+                    }
+                    reply
+                }
+            },
             |replies| {
                 let yes = count(
                     replies,
@@ -623,7 +685,12 @@ impl Engine {
             Value::from(to_millis(self.topology.max_ttl()) as i64),
         ];
         let votes = self
-            .by_token(&scripts::EXTEND, self.keys(resource).extend(), args, false)
+            .by_token(
+                &scripts::EXTEND,
+                self.keys(resource).extend(),
+                args,
+                TokenCall::Renew,
+            )
             .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = ttl.saturating_sub(self.drift(ttl));
@@ -639,18 +706,25 @@ impl Engine {
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         check_token(token)?;
         validate_resource(resource)?;
-        let keys = self.keys(resource).release();
+        let keys = self.keys(resource);
+        let args = vec![token.into(), keys.released.as_str().into()];
         let votes = self
-            .by_token(&scripts::RELEASE, keys, vec![token.into()], true)
+            .by_token(&scripts::RELEASE, keys.release(), args, TokenCall::Delete)
             .await;
         self.released(resource, votes)
     }
 
     pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
         validate_resource(resource)?;
-        let keys = self.keys(resource).release();
+        let keys = self.keys(resource);
+        let args = vec![keys.released.as_str().into()];
         let votes = self
-            .by_token(&scripts::FORCE_RELEASE, keys, Vec::new(), true)
+            .by_token(
+                &scripts::FORCE_RELEASE,
+                keys.release(),
+                args,
+                TokenCall::Delete,
+            )
             .await;
         self.released(resource, votes)
     }
@@ -669,6 +743,15 @@ impl Engine {
             votes,
         })
     }
+}
+
+/// How a compare-by-token call is fanned out.
+#[derive(Clone, Copy)]
+enum TokenCall {
+    /// Extend: decided as soon as a majority answered one way.
+    Renew,
+    /// Release: every group answers (retried on failure), so nothing is left behind.
+    Delete,
 }
 
 /// The vote behind a release or extend answer.

@@ -20,6 +20,8 @@ pub(crate) struct ResourceKeys {
     pub fence: Key,
     pub owner: Key,
     pub admission: Key,
+    /// Pub/sub channel on which releases wake the waiters of this resource.
+    pub released: String,
 }
 
 /// The key under which a master records since when its replication history may vote.
@@ -35,6 +37,7 @@ impl ResourceKeys {
             fence: key("fence"),
             owner: key("owner"),
             admission: Key::from(admission_key(prefix)),
+            released: format!("{prefix}:{{{resource}}}:released"),
         }
     }
 

@@ -560,3 +560,62 @@ async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
             .released
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
+    // Retries are 10 s apart: only the release announcement can wake the waiter sooner.
+    let fx = common::fixture(
+        |spec| spec,
+        |mut topology| {
+            topology.retry_delay_ms = 10_000;
+            topology
+        },
+    )
+    .await;
+    let holder = fx
+        .locks
+        .acquire("wake")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("holder");
+    let locks = fx.locks.clone();
+    let waiter =
+        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await });
+
+    // The waiter was denied and subscribed once its subscription shows on a master.
+    let master = fx.master(0).await;
+    let channel = "ql:{wake}:released";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counts: Vec<fred::types::Value> = master
+            .custom(
+                fred::types::CustomCommand::new_static("PUBSUB", None, false),
+                vec!["NUMSUB", channel],
+            )
+            .await
+            .expect("PUBSUB NUMSUB");
+        if counts
+            .get(1)
+            .and_then(fred::types::Value::as_i64)
+            .unwrap_or(0)
+            > 0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::task::yield_now().await;
+    }
+    let released_at = Instant::now();
+    holder.release().await.expect("release");
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
+    assert!(lease.attempts() >= 2, "the waiter was never denied");
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "woke {woke_after:?} after the release: it polled"
+    );
+    lease.release().await.expect("release");
+}
