@@ -40,7 +40,8 @@ use rslock::LockManager;
 const TTL: Duration = Duration::from_secs(10);
 const CONTENDERS: usize = 16;
 const HOLD: Duration = Duration::from_millis(1);
-const WARMUP_CYCLES: usize = 300;
+/// Sequential cycles per library before the first round: connections up, scripts loaded.
+const WARMUP_CYCLES: usize = 1000;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -142,14 +143,22 @@ fn parse_options() -> Result<Options, String> {
                     "sentinel" => vec![Shape::Sentinel],
                     "plain" => vec![Shape::Plain],
                     "both" => vec![Shape::Sentinel, Shape::Plain],
-                    other => return Err(format!("--shape must be sentinel, plain or both, not {other}")),
+                    other => {
+                        return Err(format!(
+                            "--shape must be sentinel, plain or both, not {other}"
+                        ));
+                    }
                 }
             }
             "--profile" => {
                 options.profile = Some(match value()?.as_str() {
                     "quorumlock" => LibKind::Quorum,
                     "rslock" => LibKind::Rs,
-                    other => return Err(format!("--profile must be quorumlock or rslock, not {other}")),
+                    other => {
+                        return Err(format!(
+                            "--profile must be quorumlock or rslock, not {other}"
+                        ));
+                    }
                 })
             }
             "-h" | "--help" => {
@@ -201,7 +210,11 @@ impl Lib {
     async fn try_acquire(&self, resource: &str) -> Result<Held, String> {
         match self {
             Lib::Quorum(locks) => {
-                let lease = locks.acquire(resource).ttl(TTL).await.map_err(|e| e.to_string())?;
+                let lease = locks
+                    .acquire(resource)
+                    .ttl(TTL)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok(Held {
                     valid_until: lease.valid_until(),
                     fence: Some(lease.fencing_token()),
@@ -209,7 +222,10 @@ impl Lib {
                 })
             }
             Lib::Rs(manager) => {
-                let lock = manager.lock(resource.as_bytes(), TTL).await.map_err(|e| e.to_string())?;
+                let lock = manager
+                    .lock(resource.as_bytes(), TTL)
+                    .await
+                    .map_err(|e| e.to_string())?;
                 Ok(rs_held(lock))
             }
         }
@@ -236,7 +252,12 @@ impl Lib {
                     Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
                 },
                 // `acquire` loops until it gets the lock; the phase's end cuts it off.
-                Lib::Rs(manager) => match tokio::time::timeout(left, manager.acquire_no_guard(resource.as_bytes(), TTL)).await {
+                Lib::Rs(manager) => match tokio::time::timeout(
+                    left,
+                    manager.acquire_no_guard(resource.as_bytes(), TTL),
+                )
+                .await
+                {
                     Ok(Ok(lock)) => return Some(rs_held(lock)),
                     Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(1)).await,
                     Err(_) => return None,
@@ -247,7 +268,9 @@ impl Lib {
 
     async fn release(&self, held: Held) -> Result<(), String> {
         match (self, held.handle) {
-            (_, Handle::Quorum(lease)) => lease.release().await.map(|_| ()).map_err(|e| e.to_string()),
+            (_, Handle::Quorum(lease)) => {
+                lease.release().await.map(|_| ()).map_err(|e| e.to_string())
+            }
             // Best effort by design: rslock's unlock reports nothing.
             (Lib::Rs(manager), Handle::Rs(lock)) => {
                 manager.unlock(&lock).await;
@@ -286,7 +309,9 @@ fn self_usage() -> SelfUsage {
     if !ok {
         return SelfUsage::default();
     }
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
     SelfUsage {
         cpu: tv(usage.ru_utime) + tv(usage.ru_stime),
         voluntary_switches: usage.ru_nvcsw,
@@ -305,7 +330,10 @@ fn process_cpu(pid: u32) -> Duration {
     };
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state); utime is field 14, stime 15.
-    let ticks: u64 = [11, 12].iter().filter_map(|&i| fields.get(i)?.parse::<u64>().ok()).sum();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<u64>().ok())
+        .sum();
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Duration::from_micros(ticks * 1_000_000 / hz)
 }
@@ -362,16 +390,30 @@ struct CpuPerCycle {
     involuntary_switches: f64,
 }
 
-fn cpu_per_cycle(before: CpuSnapshot, after: CpuSnapshot, cycles: u64, wall: Duration) -> CpuPerCycle {
+fn cpu_per_cycle(
+    before: CpuSnapshot,
+    after: CpuSnapshot,
+    cycles: u64,
+    wall: Duration,
+) -> CpuPerCycle {
     let n = cycles.max(1) as f64;
     let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
     CpuPerCycle {
         client_us: us(after.client.cpu.saturating_sub(before.client.cpu)),
         masters_us: us(after.masters.saturating_sub(before.masters)),
         others_us: us(after.others.saturating_sub(before.others)),
-        client_util: after.client.cpu.saturating_sub(before.client.cpu).as_secs_f64() / wall.as_secs_f64(),
-        voluntary_switches: (after.client.voluntary_switches - before.client.voluntary_switches) as f64 / n,
-        involuntary_switches: (after.client.involuntary_switches - before.client.involuntary_switches) as f64 / n,
+        client_util: after
+            .client
+            .cpu
+            .saturating_sub(before.client.cpu)
+            .as_secs_f64()
+            / wall.as_secs_f64(),
+        voluntary_switches: (after.client.voluntary_switches - before.client.voluntary_switches)
+            as f64
+            / n,
+        involuntary_switches: (after.client.involuntary_switches
+            - before.client.involuntary_switches) as f64
+            / n,
     }
 }
 
@@ -410,7 +452,13 @@ async fn sequential(lib: &Lib, resource: &str, samples: usize) -> (f64, f64, u64
 }
 
 /// Workload 2: (cycles/s, errors, CPU per cycle).
-async fn cycles(lib: &Lib, prefix: &str, concurrency: usize, phase: Duration, pids: &LabPids) -> (f64, u64, CpuPerCycle) {
+async fn cycles(
+    lib: &Lib,
+    prefix: &str,
+    concurrency: usize,
+    phase: Duration,
+    pids: &LabPids,
+) -> (f64, u64, CpuPerCycle) {
     let before = cpu_snapshot(pids);
     let started = Instant::now();
     let deadline = started + phase;
@@ -441,7 +489,11 @@ async fn cycles(lib: &Lib, prefix: &str, concurrency: usize, phase: Duration, pi
     }
     let wall = started.elapsed();
     let after = cpu_snapshot(pids);
-    (done as f64 / wall.as_secs_f64(), errors, cpu_per_cycle(before, after, done, wall))
+    (
+        done as f64 / wall.as_secs_f64(),
+        errors,
+        cpu_per_cycle(before, after, done, wall),
+    )
 }
 
 struct Hold {
@@ -466,7 +518,12 @@ async fn contend(lib: &Lib, resource: &str, phase: Duration) -> Contention {
     let deadline = started + phase;
     let tasks: Vec<_> = (0..CONTENDERS)
         .map(|_| {
-            let (lib, resource, holds, max_wait) = (lib.clone(), resource.to_string(), holds.clone(), max_wait.clone());
+            let (lib, resource, holds, max_wait) = (
+                lib.clone(),
+                resource.to_string(),
+                holds.clone(),
+                max_wait.clone(),
+            );
             tokio::spawn(async move {
                 while Instant::now() < deadline {
                     let asked = Instant::now();
@@ -535,20 +592,104 @@ struct Row {
 }
 
 const ROWS: &[Row] = &[
-    Row { key: "acq_p50", label: "acquire p50 (µs)", better: "lower", summed: false, decimals: 0 },
-    Row { key: "acq_p99", label: "acquire p99 (µs)", better: "lower", summed: false, decimals: 0 },
-    Row { key: "c1", label: "lock+release cycles/s, concurrency 1", better: "higher", summed: false, decimals: 0 },
-    Row { key: "c64", label: "lock+release cycles/s, concurrency 64", better: "higher", summed: false, decimals: 0 },
-    Row { key: "cont", label: "contended acquisitions/s (16 workers, 1 ms hold)", better: "higher", summed: false, decimals: 1 },
-    Row { key: "cont_wait", label: "contended max wait (ms)", better: "lower", summed: false, decimals: 0 },
-    Row { key: "overlaps", label: "contended overlaps (sum of rounds)", better: "must be 0", summed: true, decimals: 0 },
-    Row { key: "fence_regr", label: "fencing regressions (sum; rslock has no tokens)", better: "must be 0", summed: true, decimals: 0 },
-    Row { key: "errors", label: "failed acquires/releases in phases 1-2 (sum)", better: "lower", summed: true, decimals: 0 },
-    Row { key: "cpu_client", label: "c64: client CPU per cycle (µs)", better: "lower", summed: false, decimals: 1 },
-    Row { key: "cpu_masters", label: "c64: redis masters CPU per cycle (µs, 5 summed)", better: "lower", summed: false, decimals: 1 },
-    Row { key: "cpu_others", label: "c64: replicas+Sentinels CPU per cycle (µs)", better: "lower", summed: false, decimals: 1 },
-    Row { key: "client_util", label: "c64: client CPU utilisation (cores)", better: "-", summed: false, decimals: 2 },
-    Row { key: "vcsw", label: "c64: client voluntary context switches per cycle", better: "lower", summed: false, decimals: 2 },
+    Row {
+        key: "acq_p50",
+        label: "acquire p50 (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "acq_p99",
+        label: "acquire p99 (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "c1",
+        label: "lock+release cycles/s, concurrency 1",
+        better: "higher",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "c64",
+        label: "lock+release cycles/s, concurrency 64",
+        better: "higher",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "cont",
+        label: "contended acquisitions/s (16 workers, 1 ms hold)",
+        better: "higher",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cont_wait",
+        label: "contended max wait (ms)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "overlaps",
+        label: "contended overlaps (sum of rounds)",
+        better: "must be 0",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "fence_regr",
+        label: "fencing regressions (sum; rslock has no tokens)",
+        better: "must be 0",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "errors",
+        label: "failed acquires/releases in phases 1-2 (sum)",
+        better: "lower",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "cpu_client",
+        label: "c64: client CPU per cycle (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cpu_masters",
+        label: "c64: redis masters CPU per cycle (µs, 5 summed)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cpu_others",
+        label: "c64: replicas+Sentinels CPU per cycle (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "client_util",
+        label: "c64: client CPU utilisation (cores)",
+        better: "-",
+        summed: false,
+        decimals: 2,
+    },
+    Row {
+        key: "vcsw",
+        label: "c64: client voluntary context switches per cycle",
+        better: "lower",
+        summed: false,
+        decimals: 2,
+    },
 ];
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -557,7 +698,11 @@ fn median(mut values: Vec<f64>) -> f64 {
     }
     values.sort_by(f64::total_cmp);
     let mid = values.len() / 2;
-    if values.len() % 2 == 1 { values[mid] } else { (values[mid - 1] + values[mid]) / 2.0 }
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
 }
 
 async fn round(lib: &Lib, options: &Options, prefix: &str, pids: &LabPids) -> Figures {
@@ -589,7 +734,6 @@ async fn round(lib: &Lib, options: &Options, prefix: &str, pids: &LabPids) -> Fi
     f.insert("cpu_others", cpu.others_us);
     f.insert("client_util", cpu.client_util);
     f.insert("vcsw", cpu.voluntary_switches);
-    let _ = cpu.involuntary_switches;
     f
 }
 
@@ -620,7 +764,10 @@ async fn start(shape: Shape) -> Result<Lab2, BoxError> {
     let locks = Locks::connect(lab.topology()).await?;
     let mut uris = Vec::new();
     for group in 0..lab.spec().groups {
-        uris.push(format!("redis://127.0.0.1:{}", lab.master_of(group).await?.port));
+        uris.push(format!(
+            "redis://127.0.0.1:{}",
+            lab.master_of(group).await?.port
+        ));
     }
     let manager = LockManager::new(uris);
     let pids = LabPids::of(&lab).await;
@@ -644,7 +791,11 @@ async fn stop(lab: Lab2) {
 }
 
 fn format_value(v: f64, decimals: usize) -> String {
-    if v.is_nan() { "-".into() } else { format!("{v:.decimals$}") }
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.decimals$}")
+    }
 }
 
 fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figures>>) -> String {
@@ -659,8 +810,15 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
     let _ = writeln!(out, "|---|---:|---:|---:|---|");
     for row in ROWS {
         let pick = |kind: LibKind| -> f64 {
-            let values: Vec<f64> = results[&kind].iter().filter_map(|f| f.get(row.key).copied()).collect();
-            if row.summed { values.iter().sum() } else { median(values) }
+            let values: Vec<f64> = results[&kind]
+                .iter()
+                .filter_map(|f| f.get(row.key).copied())
+                .collect();
+            if row.summed {
+                values.iter().sum()
+            } else {
+                median(values)
+            }
         };
         let (q, r) = (pick(LibKind::Quorum), pick(LibKind::Rs));
         let ratio = if row.summed || r == 0.0 || r.is_nan() || q.is_nan() {
@@ -668,7 +826,11 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
         } else {
             format!("{:.2}", q / r)
         };
-        let r_text = if row.key == "fence_regr" { "n/a".into() } else { format_value(r, row.decimals) };
+        let r_text = if row.key == "fence_regr" {
+            "n/a".into()
+        } else {
+            format_value(r, row.decimals)
+        };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} |",
@@ -679,8 +841,20 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
             row.better
         );
     }
-    let m = |kind: LibKind, key: &str| median(results[&kind].iter().filter_map(|f| f.get(key).copied()).collect());
-    let s = |kind: LibKind, key: &str| results[&kind].iter().filter_map(|f| f.get(key).copied()).sum::<f64>();
+    let m = |kind: LibKind, key: &str| {
+        median(
+            results[&kind]
+                .iter()
+                .filter_map(|f| f.get(key).copied())
+                .collect(),
+        )
+    };
+    let s = |kind: LibKind, key: &str| {
+        results[&kind]
+            .iter()
+            .filter_map(|f| f.get(key).copied())
+            .sum::<f64>()
+    };
     let (q, r) = (LibKind::Quorum, LibKind::Rs);
     let verdict = |ok: bool| if ok { "MET" } else { "NOT MET" };
     let p50 = m(q, "acq_p50") / m(r, "acq_p50");
@@ -688,8 +862,16 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
     let cont = m(q, "cont") / m(r, "cont");
     let overlaps = s(q, "overlaps");
     let _ = writeln!(out, "\nTargets (quorumlock vs rslock):");
-    let _ = writeln!(out, "- acquire p50 <= 0.5 x rslock: {p50:.2} x -> {}", verdict(p50 <= 0.5));
-    let _ = writeln!(out, "- cycles/s at concurrency 64 >= 2 x rslock: {c64:.2} x -> {}", verdict(c64 >= 2.0));
+    let _ = writeln!(
+        out,
+        "- acquire p50 <= 0.5 x rslock: {p50:.2} x -> {}",
+        verdict(p50 <= 0.5)
+    );
+    let _ = writeln!(
+        out,
+        "- cycles/s at concurrency 64 >= 2 x rslock: {c64:.2} x -> {}",
+        verdict(c64 >= 2.0)
+    );
     let _ = writeln!(
         out,
         "- contended acquisitions/s >= 1.5 x rslock with 0 overlaps: {cont:.2} x, {overlaps} overlaps -> {}",
@@ -702,14 +884,21 @@ async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> 
     eprintln!("\n== {} ==", shape.describe());
     let started = Instant::now();
     let lab = start(shape).await?;
-    eprintln!("lab up in {:.1} s; warming up", started.elapsed().as_secs_f64());
+    eprintln!(
+        "lab up in {:.1} s; warming up",
+        started.elapsed().as_secs_f64()
+    );
     let run = format!("peers:{}:{}", shape.tag(), std::process::id());
     warm_up(&lab.quorum, &format!("{run}:q")).await;
     warm_up(&lab.rs, &format!("{run}:r")).await;
     let mut results: BTreeMap<LibKind, Vec<Figures>> = BTreeMap::new();
     for r in 0..options.rounds {
         eprintln!("round {}/{}", r + 1, options.rounds);
-        let order = if r % 2 == 0 { [&lab.quorum, &lab.rs] } else { [&lab.rs, &lab.quorum] };
+        let order = if r % 2 == 0 {
+            [&lab.quorum, &lab.rs]
+        } else {
+            [&lab.rs, &lab.quorum]
+        };
         for lib in order {
             let prefix = format!("{run}:{}:{r}", lib.kind().name());
             let figures = round(lib, options, &prefix, &lab.pids).await;
@@ -717,7 +906,11 @@ async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> 
         }
     }
     stop(lab).await;
-    eprintln!("{} done in {:.0} s", shape.tag(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "{} done in {:.0} s",
+        shape.tag(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(table(shape, options, &results))
 }
 
@@ -738,7 +931,14 @@ async fn profile(kind: LibKind, shape: Shape, options: &Options) -> Result<(), B
         lab.pids.replicas,
         lab.pids.sentinels
     );
-    let (per_sec, errors, cpu) = cycles(&lib, &format!("{run}:c64"), 64, options.profile_secs, &lab.pids).await;
+    let (per_sec, errors, cpu) = cycles(
+        &lib,
+        &format!("{run}:c64"),
+        64,
+        options.profile_secs,
+        &lab.pids,
+    )
+    .await;
     println!(
         "{}: {per_sec:.0} cycles/s at concurrency 64, {errors} errors; per cycle: client {:.1} µs CPU, masters {:.1} µs, \
          replicas+Sentinels {:.1} µs; client {:.2} cores; {:.2} voluntary + {:.2} involuntary context switches",
@@ -782,7 +982,9 @@ async fn main() {
         options.c64.as_secs_f64(),
         options.contend.as_secs_f64(),
         tokio::runtime::Handle::current().metrics().num_workers(),
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
     );
     for &shape in &options.shapes {
         match run_shape(shape, &options).await {
@@ -793,6 +995,10 @@ async fn main() {
             }
         }
     }
-    let _ = writeln!(report, "\ntotal run time {:.0} s", started.elapsed().as_secs_f64());
+    let _ = writeln!(
+        report,
+        "\ntotal run time {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
     println!("{report}");
 }
