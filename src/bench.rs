@@ -220,14 +220,7 @@ async fn contend(locks: &Locks, options: &BenchOptions, resource: &str) -> Conte
                             let acquired_at = Instant::now();
                             max_wait.fetch_max(micros(acquired_at - asked), Ordering::Relaxed);
                             tokio::time::sleep(hold).await;
-                            let released_at = Instant::now();
-                            checker.record(Hold {
-                                resource: resource.clone(),
-                                fencing_token: lease.fencing_token(),
-                                acquired_at,
-                                valid_until: lease.valid_until(),
-                                released_at,
-                            });
+                            checker.record(Hold::ending_now(&lease, acquired_at));
                             let _ = lease.release().await;
                         }
                         Err(Error::Held { .. }) => {}

@@ -266,13 +266,7 @@ async fn work(
         if !store.write(&resource, lease.fencing_token()) && valid {
             tally.valid_writes_rejected.fetch_add(1, Ordering::Relaxed);
         }
-        checker.record(Hold {
-            resource,
-            fencing_token: lease.fencing_token(),
-            acquired_at,
-            valid_until: lease.valid_until(),
-            released_at: Instant::now(),
-        });
+        checker.record(Hold::ending_now(&lease, acquired_at));
         if crash {
             tally.crashes.fetch_add(1, Ordering::Relaxed);
             let _ = lease.detach();

@@ -206,13 +206,7 @@ async fn work(
                 }
                 let work = Duration::from_millis(rand::thread_rng().gen_range(2..10));
                 tokio::time::sleep(work).await;
-                checker.record(Hold {
-                    resource,
-                    fencing_token: lease.fencing_token(),
-                    acquired_at,
-                    valid_until: lease.valid_until(),
-                    released_at: Instant::now(),
-                });
+                checker.record(Hold::ending_now(&lease, acquired_at));
                 counters.acquired.fetch_add(1, Ordering::Relaxed);
                 if lease.attempts() > 1 {
                     counters.waited.fetch_add(1, Ordering::Relaxed);

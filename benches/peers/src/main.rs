@@ -195,6 +195,8 @@ struct Held {
     valid_until: Instant,
     /// quorumlock's fencing token; rslock has none.
     fence: Option<u64>,
+    /// quorumlock's count of acquire attempts behind this lease; rslock does not tell.
+    attempts: Option<u32>,
 }
 
 impl Lib {
@@ -218,6 +220,7 @@ impl Lib {
                 Ok(Held {
                     valid_until: lease.valid_until(),
                     fence: Some(lease.fencing_token()),
+                    attempts: Some(lease.attempts()),
                     handle: Handle::Quorum(lease),
                 })
             }
@@ -245,6 +248,7 @@ impl Lib {
                         return Some(Held {
                             valid_until: lease.valid_until(),
                             fence: Some(lease.fencing_token()),
+                    attempts: Some(lease.attempts()),
                             handle: Handle::Quorum(lease),
                         });
                     }
@@ -287,6 +291,7 @@ fn rs_held(lock: rslock::Lock) -> Held {
     Held {
         valid_until: Instant::now() + Duration::from_millis(lock.validity_time as u64),
         fence: None,
+        attempts: None,
         handle: Handle::Rs(lock),
     }
 }
@@ -500,6 +505,7 @@ struct Hold {
     acquired_at: Instant,
     relied_until: Instant,
     fence: Option<u64>,
+    attempts: Option<u32>,
 }
 
 struct Contention {
@@ -508,6 +514,8 @@ struct Contention {
     overlaps: usize,
     fencing_regressions: usize,
     acquisitions: usize,
+    /// Mean acquire attempts per acquisition (quorumlock only).
+    attempts: f64,
 }
 
 /// Workload 3.
@@ -541,6 +549,7 @@ async fn contend(lib: &Lib, resource: &str, phase: Duration) -> Contention {
                         acquired_at,
                         relied_until: released_at.min(held.valid_until),
                         fence: held.fence,
+                        attempts: held.attempts,
                     });
                     let _ = lib.release(held).await;
                 }
@@ -566,6 +575,11 @@ async fn contend(lib: &Lib, resource: &str, phase: Duration) -> Contention {
         .windows(2)
         .filter(|pair| matches!((pair[0].fence, pair[1].fence), (Some(a), Some(b)) if b <= a))
         .count();
+    let attempts = if holds.iter().all(|h| h.attempts.is_some()) && !holds.is_empty() {
+        holds.iter().filter_map(|h| h.attempts).map(f64::from).sum::<f64>() / holds.len() as f64
+    } else {
+        f64::NAN
+    };
     let max_wait_ms = max_wait.lock().unwrap().as_secs_f64() * 1e3;
     Contention {
         per_sec: holds.len() as f64 / wall.as_secs_f64(),
@@ -573,6 +587,7 @@ async fn contend(lib: &Lib, resource: &str, phase: Duration) -> Contention {
         overlaps,
         fencing_regressions,
         acquisitions: holds.len(),
+        attempts,
     }
 }
 
@@ -633,6 +648,13 @@ const ROWS: &[Row] = &[
         better: "lower",
         summed: false,
         decimals: 0,
+    },
+    Row {
+        key: "cont_attempts",
+        label: "contended: acquire attempts per acquisition (rslock does not report it)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
     },
     Row {
         key: "overlaps",
@@ -726,6 +748,7 @@ async fn round(lib: &Lib, options: &Options, prefix: &str, pids: &LabPids) -> Fi
     f.insert("c64", c64);
     f.insert("cont", c.per_sec);
     f.insert("cont_wait", c.max_wait_ms);
+    f.insert("cont_attempts", c.attempts);
     f.insert("overlaps", c.overlaps as f64);
     f.insert("fence_regr", c.fencing_regressions as f64);
     f.insert("errors", (e1 + e2 + e3) as f64);
