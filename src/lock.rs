@@ -350,13 +350,10 @@ impl Engine {
             attempts += 1;
             // Armed before the attempt, so a release announced during it is not missed.
             let notify = watch.as_ref().map(Watch::notify);
-            let released = async {
-                match &notify {
-                    Some(notify) => notify.notified().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(released);
+            let mut released = notify.as_ref().map(|notify| Box::pin(notify.notified()));
+            if let Some(released) = released.as_mut() {
+                released.as_mut().enable();
+            }
             let (error, may_hold) = match self
                 .attempt(resource, &keys, &token, options.ttl, &record)
                 .await
@@ -397,8 +394,14 @@ impl Engine {
                 ),
                 _ => self.retry_delay(),
             };
+            let announced = async {
+                match released.as_mut() {
+                    Some(released) => released.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                _ = &mut released => {}
+                _ = announced => {}
                 _ = tokio::time::sleep(delay.min(deadline - now)) => {}
             }
         }
