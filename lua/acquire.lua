@@ -1,7 +1,13 @@
 -- Grant the lock on this group when it is free (or already ours) and our fencing proposal is
--- above the highest fence this group has committed.
--- KEYS: lock, fence, owner   ARGV: token, ttl_ms, fence proposal, owner metadata (JSON)
+-- above the highest fence this group has committed. (admission.lua is prepended.)
+-- KEYS: lock, fence, owner, admission marker
+-- ARGV: token, ttl_ms, fence proposal, owner metadata (JSON), quarantine_ms
 -- Returns {1} granted | {0, pttl_ms, metadata} held by another token | {2, stored_fence}
+--       | {3, quarantine_left_ms}
+local left = quarantine_left()
+if left > 0 then
+  return {3, left}
+end
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or ''}

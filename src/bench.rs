@@ -86,7 +86,8 @@ pub struct BenchReport {
 }
 
 fn histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, 60_000_000, 3).expect("1 µs..60 s at 3 digits are valid constant bounds")
+    Histogram::new_with_bounds(1, 60_000_000, 3)
+        .expect("1 µs..60 s at 3 digits are valid constant bounds")
 }
 
 fn latency(histogram: &Histogram<u64>) -> Latency {
@@ -102,20 +103,37 @@ fn latency(histogram: &Histogram<u64>) -> Latency {
 }
 
 fn micros(duration: Duration) -> u64 {
-    u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).max(1)
+    u64::try_from(duration.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
 }
 
 /// Runs every phase; `progress` is told the name of each phase as it starts.
-pub async fn run(locks: &Locks, options: &BenchOptions, progress: impl Fn(&str)) -> Result<BenchReport, Error> {
+pub async fn run(
+    locks: &Locks,
+    options: &BenchOptions,
+    progress: impl Fn(&str),
+) -> Result<BenchReport, Error> {
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     progress("sequential acquire latency");
     let (acquire, release) = sequential(locks, options, &format!("bench:{run_id}:seq")).await?;
     let mut throughput = Vec::new();
     for &concurrency in &options.concurrency {
         progress(&format!("cycles/s at concurrency {concurrency}"));
-        throughput.push(cycles(locks, options, concurrency, &format!("bench:{run_id}:c{concurrency}")).await);
+        throughput.push(
+            cycles(
+                locks,
+                options,
+                concurrency,
+                &format!("bench:{run_id}:c{concurrency}"),
+            )
+            .await,
+        );
     }
-    progress(&format!("contention: {} workers, one resource", options.contenders));
+    progress(&format!(
+        "contention: {} workers, one resource",
+        options.contenders
+    ));
     let contention = contend(locks, options, &format!("bench:{run_id}:contended")).await;
     Ok(BenchReport {
         groups: locks.topology().groups.len(),
@@ -126,7 +144,11 @@ pub async fn run(locks: &Locks, options: &BenchOptions, progress: impl Fn(&str))
     })
 }
 
-async fn sequential(locks: &Locks, options: &BenchOptions, resource: &str) -> Result<(Latency, Latency), Error> {
+async fn sequential(
+    locks: &Locks,
+    options: &BenchOptions,
+    resource: &str,
+) -> Result<(Latency, Latency), Error> {
     let (mut acquired, mut released) = (histogram(), histogram());
     for _ in 0..options.samples {
         let started = Instant::now();
@@ -139,7 +161,12 @@ async fn sequential(locks: &Locks, options: &BenchOptions, resource: &str) -> Re
     Ok((latency(&acquired), latency(&released)))
 }
 
-async fn cycles(locks: &Locks, options: &BenchOptions, concurrency: usize, prefix: &str) -> Throughput {
+async fn cycles(
+    locks: &Locks,
+    options: &BenchOptions,
+    concurrency: usize,
+    prefix: &str,
+) -> Throughput {
     let deadline = Instant::now() + options.phase;
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
@@ -193,14 +220,7 @@ async fn contend(locks: &Locks, options: &BenchOptions, resource: &str) -> Conte
                             let acquired_at = Instant::now();
                             max_wait.fetch_max(micros(acquired_at - asked), Ordering::Relaxed);
                             tokio::time::sleep(hold).await;
-                            let released_at = Instant::now();
-                            checker.record(Hold {
-                                resource: resource.clone(),
-                                fencing_token: lease.fencing_token(),
-                                acquired_at,
-                                valid_until: lease.valid_until(),
-                                released_at,
-                            });
+                            checker.record(Hold::ending_now(&lease, acquired_at));
                             let _ = lease.release().await;
                         }
                         Err(Error::Held { .. }) => {}
@@ -241,7 +261,10 @@ impl BenchReport {
         ));
         out.push_str(&row("acquire", &self.acquire));
         out.push_str(&row("release", &self.release));
-        out.push_str(&format!("\n{:<12} {:>10} {:>12} {:>8}\n", "concurrency", "cycles", "cycles/s", "errors"));
+        out.push_str(&format!(
+            "\n{:<12} {:>10} {:>12} {:>8}\n",
+            "concurrency", "cycles", "cycles/s", "errors"
+        ));
         for t in &self.throughput {
             out.push_str(&format!(
                 "{:<12} {:>10} {:>12.0} {:>8}\n",

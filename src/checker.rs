@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::lease::Lease;
+
 /// One completed hold of a resource, as its holder saw it.
 #[derive(Debug, Clone)]
 pub struct Hold {
@@ -21,6 +23,17 @@ pub struct Hold {
 }
 
 impl Hold {
+    /// A hold of `lease` that began at `acquired_at` and ends now.
+    pub fn ending_now(lease: &Lease, acquired_at: Instant) -> Self {
+        Hold {
+            resource: lease.resource().to_string(),
+            fencing_token: lease.fencing_token(),
+            acquired_at,
+            valid_until: lease.valid_until(),
+            released_at: Instant::now(),
+        }
+    }
+
     /// The stretch of time in which the holder relied on the lock.
     fn relied_until(&self) -> Instant {
         self.released_at.min(self.valid_until)
@@ -70,7 +83,10 @@ impl Checker {
         let holds = self.holds();
         let mut by_resource: HashMap<&str, Vec<&Hold>> = HashMap::new();
         for hold in &holds {
-            by_resource.entry(hold.resource.as_str()).or_default().push(hold);
+            by_resource
+                .entry(hold.resource.as_str())
+                .or_default()
+                .push(hold);
         }
         let mut verdict = Verdict {
             holds: holds.len(),

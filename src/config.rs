@@ -19,6 +19,10 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
 /// Default prefix of every key quorumlock writes.
 pub const DEFAULT_KEY_PREFIX: &str = "ql";
+/// Default longest TTL a lease may have; also how long a fresh master sits out of the vote.
+pub const DEFAULT_MAX_TTL_MS: u64 = 60_000;
+/// Default bound on waiting for replicas to acknowledge a grant.
+pub const DEFAULT_REPLICA_ACK_TIMEOUT_MS: u64 = 50;
 /// Default cap on how long a keepalive may keep renewing one lease.
 pub const DEFAULT_MAX_HOLD_MS: u64 = 3_600_000;
 
@@ -38,9 +42,20 @@ pub struct Topology {
     /// Base delay between acquire attempts, in milliseconds (jittered ±50%).
     #[serde(default = "default_retry_delay_ms")]
     pub retry_delay_ms: u64,
+    /// Longest TTL of any lease, in milliseconds. A promoted replica or a master restarted
+    /// empty stays out of the vote this long, so every grant it may have missed has expired.
+    #[serde(default = "default_max_ttl_ms")]
+    pub max_ttl_ms: u64,
     /// Cap on how long a keepalive renews one lease, in milliseconds.
     #[serde(default = "default_max_hold_ms")]
     pub max_hold_ms: u64,
+    /// Replicas that must acknowledge a grant (`WAIT`) before it counts; 0 turns it off.
+    #[serde(default)]
+    pub replica_acks: u32,
+    /// How long a grant may wait for those acknowledgements, in milliseconds (below
+    /// `call_timeout_ms`).
+    #[serde(default = "default_replica_ack_timeout_ms")]
+    pub replica_ack_timeout_ms: u64,
     /// The master groups that vote. Use an odd number (3, 5, 7).
     pub groups: Vec<GroupConfig>,
 }
@@ -121,6 +136,12 @@ fn default_drift_factor() -> f64 {
 fn default_retry_delay_ms() -> u64 {
     DEFAULT_RETRY_DELAY_MS
 }
+fn default_replica_ack_timeout_ms() -> u64 {
+    DEFAULT_REPLICA_ACK_TIMEOUT_MS
+}
+fn default_max_ttl_ms() -> u64 {
+    DEFAULT_MAX_TTL_MS
+}
 fn default_max_hold_ms() -> u64 {
     DEFAULT_MAX_HOLD_MS
 }
@@ -133,6 +154,9 @@ impl Topology {
             call_timeout_ms: DEFAULT_CALL_TIMEOUT_MS,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
+            max_ttl_ms: DEFAULT_MAX_TTL_MS,
+            replica_acks: 0,
+            replica_ack_timeout_ms: DEFAULT_REPLICA_ACK_TIMEOUT_MS,
             max_hold_ms: DEFAULT_MAX_HOLD_MS,
             groups,
         }
@@ -189,6 +213,12 @@ impl Topology {
         if let Some(raw) = lookup("QUORUMLOCK_RETRY_DELAY_MS") {
             self.retry_delay_ms = parse_override("QUORUMLOCK_RETRY_DELAY_MS", &raw)?;
         }
+        if let Some(raw) = lookup("QUORUMLOCK_MAX_TTL_MS") {
+            self.max_ttl_ms = parse_override("QUORUMLOCK_MAX_TTL_MS", &raw)?;
+        }
+        if let Some(raw) = lookup("QUORUMLOCK_REPLICA_ACKS") {
+            self.replica_acks = parse_override("QUORUMLOCK_REPLICA_ACKS", &raw)?;
+        }
         if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
             self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
         }
@@ -230,6 +260,24 @@ impl Topology {
                 ),
             ));
         }
+        if !(100..=86_400_000).contains(&self.max_ttl_ms) {
+            return Err(invalid(
+                "max_ttl_ms",
+                format!(
+                    "must be between 100 ms and 24 h (86400000), got {}",
+                    self.max_ttl_ms
+                ),
+            ));
+        }
+        if self.replica_acks > 0 && self.replica_ack_timeout_ms >= self.call_timeout_ms {
+            return Err(invalid(
+                "replica_ack_timeout_ms",
+                format!(
+                    "must be below call_timeout_ms ({}), got {}",
+                    self.call_timeout_ms, self.replica_ack_timeout_ms
+                ),
+            ));
+        }
         if self.max_hold_ms == 0 {
             return Err(invalid("max_hold_ms", "must be above 0"));
         }
@@ -245,7 +293,10 @@ impl Topology {
             if !names.insert(group.name.as_str()) {
                 return Err(invalid(
                     format!("groups[{index}].name"),
-                    format!("`{}` is used by two groups; names must be unique", group.name),
+                    format!(
+                        "`{}` is used by two groups; names must be unique",
+                        group.name
+                    ),
                 ));
             }
         }
@@ -265,6 +316,11 @@ impl Topology {
     /// Base retry delay as a duration.
     pub fn retry_delay(&self) -> Duration {
         Duration::from_millis(self.retry_delay_ms)
+    }
+
+    /// Longest TTL as a duration (also the quarantine of a fresh master).
+    pub fn max_ttl(&self) -> Duration {
+        Duration::from_millis(self.max_ttl_ms)
     }
 
     /// Keepalive cap as a duration.
@@ -310,7 +366,8 @@ impl GroupConfig {
         }
         match (&self.address, self.sentinels.is_empty(), &self.service) {
             (Some(address), true, None) => {
-                let (host, port) = parse_address(address).map_err(|m| invalid(key("address"), m))?;
+                let (host, port) =
+                    parse_address(address).map_err(|m| invalid(key("address"), m))?;
                 Ok(Endpoint::Direct { host, port })
             }
             (None, false, Some(service)) if !service.is_empty() => {
@@ -318,7 +375,9 @@ impl GroupConfig {
                     .sentinels
                     .iter()
                     .enumerate()
-                    .map(|(i, s)| parse_address(s).map_err(|m| invalid(key(&format!("sentinels[{i}]")), m)))
+                    .map(|(i, s)| {
+                        parse_address(s).map_err(|m| invalid(key(&format!("sentinels[{i}]")), m))
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Endpoint::Sentinel {
                     sentinels,
@@ -395,10 +454,7 @@ mod tests {
     #[test]
     fn errors_name_the_key() {
         let cases = [
-            (
-                "call_timeout_ms = \"fast\"\ngroups = []",
-                "call_timeout_ms",
-            ),
+            ("call_timeout_ms = \"fast\"\ngroups = []", "call_timeout_ms"),
             ("typo_key = 1\ngroups = []", "typo_key"),
             ("groups = []", "groups"),
             (
@@ -440,6 +496,9 @@ mod tests {
     #[test]
     fn toml_round_trip() {
         let topology = Topology::from_toml(FIVE).expect("valid");
-        assert_eq!(Topology::from_toml(&topology.to_toml()).expect("again"), topology);
+        assert_eq!(
+            Topology::from_toml(&topology.to_toml()).expect("again"),
+            topology
+        );
     }
 }

@@ -15,36 +15,70 @@ use crate::config::{Endpoint, GroupConfig, Topology};
 use crate::error::Error;
 use crate::quorum::Reply;
 
-/// Pause between reconnect attempts; short, because Sentinel fails over in about a second.
-const RECONNECT_DELAY_MS: u32 = 100;
+/// Pause between reconnect attempts. Short and without jitter: a refused connection costs
+/// nothing, and after a failover the group should vote again as soon as it can.
+const RECONNECT_DELAY_MS: u32 = 20;
 /// How long the first connection may take before the group starts out as "down".
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// How a Sentinel-watched group is watched.
+pub(crate) struct Watched {
+    pub service: String,
+    pub addresses: Vec<(String, u16)>,
+    /// Sentinel username and password.
+    pub auth: (Option<String>, Option<String>),
+}
 
 /// One Redis master group that votes.
 pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
+    watched: Option<Watched>,
+    /// How this group's clients are built, kept for the release subscriber made on demand.
+    builder: Builder,
     client: Client,
     /// The same client with the per-call timeout and fail-fast applied to every command.
     timed: WithOptions<Client>,
 }
 
+fn reconnect_policy() -> ReconnectPolicy {
+    let mut policy = ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS);
+    policy.set_jitter(0);
+    policy
+}
+
 impl Group {
     /// Builds the client and starts connecting. A group that is down now is not an error:
     /// it reconnects in the background and votes "error" until it is back.
-    pub async fn connect(index: usize, config: &GroupConfig, topology: &Topology) -> Result<Self, Error> {
+    pub async fn connect(
+        index: usize,
+        config: &GroupConfig,
+        topology: &Topology,
+    ) -> Result<Self, Error> {
         let endpoint = config.endpoint_at(index)?;
-        let server = match endpoint {
-            Endpoint::Direct { host, port } => ServerConfig::new_centralized(host, port),
-            Endpoint::Sentinel { sentinels, service } => ServerConfig::Sentinel {
-                hosts: sentinels
-                    .into_iter()
-                    .map(|(host, port)| Server::new(host, port))
-                    .collect(),
-                service_name: service,
-                username: config.sentinel_username.clone(),
-                password: config.sentinel_password.clone(),
-            },
+        let (server, watched) = match endpoint {
+            Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
+            Endpoint::Sentinel { sentinels, service } => {
+                let auth = (
+                    config.sentinel_username.clone(),
+                    config.sentinel_password.clone(),
+                );
+                let server = ServerConfig::Sentinel {
+                    hosts: sentinels
+                        .iter()
+                        .map(|(host, port)| Server::new(host.as_str(), *port))
+                        .collect(),
+                    service_name: service.clone(),
+                    username: auth.0.clone(),
+                    password: auth.1.clone(),
+                };
+                let watched = Watched {
+                    service,
+                    addresses: sentinels,
+                    auth,
+                };
+                (server, Some(watched))
+            }
         };
         let call_timeout = topology.call_timeout();
         let fred_config = Config {
@@ -54,7 +88,8 @@ impl Group {
             fail_fast: true,
             ..Default::default()
         };
-        let client = Builder::from_config(fred_config)
+        let mut builder = Builder::from_config(fred_config);
+        builder
             .with_connection_config(|connection| {
                 connection.connection_timeout = CONNECT_TIMEOUT;
                 connection.internal_command_timeout = CONNECT_TIMEOUT;
@@ -70,12 +105,11 @@ impl Group {
             .with_performance_config(|performance| {
                 performance.default_command_timeout = call_timeout;
             })
-            .set_policy(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS))
-            .build()
-            .map_err(|error| Error::Setup {
-                group: config.name.clone(),
-                message: error.to_string(),
-            })?;
+            .set_policy(reconnect_policy());
+        let client = builder.build().map_err(|error| Error::Setup {
+            group: config.name.clone(),
+            message: error.to_string(),
+        })?;
         let timed = client.with_options(&Options {
             timeout: Some(call_timeout),
             fail_fast: true,
@@ -84,6 +118,8 @@ impl Group {
         });
         Ok(Group {
             name: config.name.clone(),
+            watched,
+            builder,
             client,
             timed,
         })
@@ -94,13 +130,22 @@ impl Group {
         let _task = self.client.connect();
         match tokio::time::timeout(CONNECT_TIMEOUT, self.client.wait_for_connect()).await {
             Ok(Ok(())) => tracing::debug!(group = %self.name, "connected"),
-            Ok(Err(error)) => tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background"),
-            Err(_) => tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background"),
+            Ok(Err(error)) => {
+                tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background")
+            }
+            Err(_) => {
+                tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background")
+            }
         }
     }
 
     /// Runs `script` by SHA within the per-call timeout; on NOSCRIPT, loads it and runs it again.
-    pub async fn eval<R: FromValue>(&self, script: &Script, keys: Vec<Key>, args: Vec<Value>) -> Reply<R> {
+    pub async fn eval<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Reply<R> {
         let first = self
             .timed
             .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())
@@ -119,6 +164,47 @@ impl Group {
             Ok(answer) => Reply::Answer(answer),
             Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
             Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
+    /// `INFO <section>` of the current master, within the per-call timeout.
+    pub async fn info(&self, section: fred::types::InfoKind) -> Reply<String> {
+        match self.timed.info::<String>(Some(section)).await {
+            Ok(text) => Reply::Answer(text),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
+    /// `host:port` of the master the client is connected to now.
+    pub fn connected_master(&self) -> Option<String> {
+        self.client
+            .active_connections()
+            .first()
+            .map(|server| format!("{}:{}", server.host, server.port))
+    }
+
+    /// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
+    /// timeout_ms`; answers the script's reply and how many replicas acknowledged it.
+    pub async fn eval_acknowledged<R: FromValue>(
+        &self,
+        script: &Script,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+        replicas: u32,
+        timeout_ms: u64,
+    ) -> Reply<(R, i64)> {
+        let acknowledged = self.timed.wait::<i64>(
+            i64::from(replicas),
+            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+        );
+        let (answer, acknowledged) = tokio::join!(self.eval::<R>(script, keys, args), acknowledged);
+        match (answer, acknowledged) {
+            (Reply::Answer(answer), Ok(count)) => Reply::Answer((answer, count)),
+            (Reply::Answer(_), Err(error)) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
+            (Reply::Timeout, _) => Reply::Timeout,
+            (Reply::Failed(message), _) => Reply::Failed(message),
         }
     }
 
@@ -155,6 +241,24 @@ impl Group {
                 Err(error) => return Reply::Failed(error.to_string()),
             }
         }
+    }
+
+    /// A new pub/sub client to this group's master (it follows failovers like the main one).
+    pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, fred::error::Error> {
+        let mut builder = self.builder.clone();
+        // Subscribing waits for messages: no command timeout, and no fail-fast.
+        builder.with_performance_config(|p| p.default_command_timeout = Duration::ZERO);
+        builder.build_subscriber_client()
+    }
+
+    /// The Sentinels watching this group, if any.
+    pub fn sentinels(&self) -> Option<&Watched> {
+        self.watched.as_ref()
+    }
+
+    /// The underlying client (shared with the Sentinel watcher, which reconnects it).
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Closes the connection.

@@ -1,4 +1,4 @@
-//! Read-only views: one lock as each group sees it, and the health of every group.
+//! Read-only views of locks: one lock as each group sees it, and the current locks.
 
 use std::collections::HashMap;
 
@@ -66,25 +66,6 @@ pub struct LockList {
     pub truncated: bool,
 }
 
-/// One group's health.
-#[derive(Debug, Clone, Serialize)]
-pub struct GroupHealth {
-    pub group: String,
-    pub reachable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub latency_ms: Option<f64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-/// Every group's health and whether a majority answers.
-#[derive(Debug, Clone, Serialize)]
-pub struct Health {
-    pub quorum_available: bool,
-    pub quorum: usize,
-    pub groups: Vec<GroupHealth>,
-}
-
 /// Largest `limit` accepted by [`Locks::list`].
 pub const MAX_LIST_LIMIT: usize = 10_000;
 /// Status reads in flight at once while listing.
@@ -116,7 +97,7 @@ impl Locks {
     pub async fn status(&self, resource: &str) -> Result<LockStatus, Error> {
         validate_resource(resource)?;
         let engine = &self.engine;
-        let keys = engine.keys(resource).all();
+        let keys = engine.keys(resource).inspect();
         let replies = fan_out(
             &engine.groups,
             |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),
@@ -131,7 +112,11 @@ impl Locks {
                     let remaining_ms = values.get(1).and_then(Value::as_i64).unwrap_or(-2);
                     Some(Seen {
                         remaining_ms: u64::try_from(remaining_ms).unwrap_or(0),
-                        token: if remaining_ms > 0 { token } else { String::new() },
+                        token: if remaining_ms > 0 {
+                            token
+                        } else {
+                            String::new()
+                        },
                         fence: text(values.get(2)).parse().unwrap_or(0),
                         record: OwnerRecord::parse(&text(values.get(3))),
                     })
@@ -148,12 +133,19 @@ impl Locks {
             .filter(|(_, votes)| **votes >= engine.quorum)
             .map(|(token, _)| *token)
             .next();
-        let holding: Vec<&Seen> = seen.iter().flatten().filter(|s| Some(s.token.as_str()) == leader).collect();
-        let holder = holding.iter().min_by_key(|s| s.remaining_ms).map(|s| Holder {
-            owner: s.record.owner.clone(),
-            purpose: s.record.purpose.clone(),
-            remaining_ms: s.remaining_ms,
-        });
+        let holding: Vec<&Seen> = seen
+            .iter()
+            .flatten()
+            .filter(|s| Some(s.token.as_str()) == leader)
+            .collect();
+        let holder = holding
+            .iter()
+            .min_by_key(|s| s.remaining_ms)
+            .map(|s| Holder {
+                owner: s.record.owner.clone(),
+                purpose: s.record.purpose.clone(),
+                remaining_ms: s.remaining_ms,
+            });
         let fencing_token = holding.iter().map(|s| s.fence).max();
         let groups = engine
             .groups
@@ -162,7 +154,12 @@ impl Locks {
             .map(|(group, (reply, view))| match (reply, view) {
                 (_, Some(view)) => GroupView {
                     group: group.name.clone(),
-                    state: if view.token.is_empty() { "free" } else { "held" }.to_string(),
+                    state: if view.token.is_empty() {
+                        "free"
+                    } else {
+                        "held"
+                    }
+                    .to_string(),
                     remaining_ms: (!view.token.is_empty()).then_some(view.remaining_ms),
                     owner: view.record.owner.clone(),
                     purpose: view.record.purpose.clone(),
@@ -171,7 +168,12 @@ impl Locks {
                 },
                 (reply, None) => GroupView {
                     group: group.name.clone(),
-                    state: if matches!(reply, Some(Reply::Timeout)) { "timeout" } else { "error" }.to_string(),
+                    state: if matches!(reply, Some(Reply::Timeout)) {
+                        "timeout"
+                    } else {
+                        "error"
+                    }
+                    .to_string(),
                     remaining_ms: None,
                     owner: None,
                     purpose: None,
@@ -196,22 +198,44 @@ impl Locks {
     /// at most `limit` of them. Advisory, like [`Locks::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<LockList, Error> {
         if prefix.chars().any(char::is_control) {
-            return Err(Error::invalid("prefix", "must not contain control characters"));
+            return Err(Error::invalid(
+                "prefix",
+                "must not contain control characters",
+            ));
         }
         if limit == 0 || limit > MAX_LIST_LIMIT {
-            return Err(Error::invalid("limit", format!("must be between 1 and {MAX_LIST_LIMIT}")));
+            return Err(Error::invalid(
+                "limit",
+                format!("must be between 1 and {MAX_LIST_LIMIT}"),
+            ));
         }
         let engine = &self.engine;
         let key_prefix = format!("{}:{{", engine.topology.key_prefix);
-        let pattern = format!("{}{}*}}:lock", glob_escape(&key_prefix), glob_escape(prefix));
-        let replies = fan_out(&engine.groups, |group| group.scan_keys(&pattern, MAX_SCAN_KEYS), |_| false).await;
+        let pattern = format!(
+            "{}{}*}}:lock",
+            glob_escape(&key_prefix),
+            glob_escape(prefix)
+        );
+        let replies = fan_out(
+            &engine.groups,
+            |group| group.scan_keys(&pattern, MAX_SCAN_KEYS),
+            |_| false,
+        )
+        .await;
         let mut seen: HashMap<String, usize> = HashMap::new();
-        for keys in replies.into_iter().flatten().filter_map(|reply| match reply {
-            Reply::Answer(keys) => Some(keys),
-            _ => None,
-        }) {
+        for keys in replies
+            .into_iter()
+            .flatten()
+            .filter_map(|reply| match reply {
+                Reply::Answer(keys) => Some(keys),
+                _ => None,
+            })
+        {
             for key in keys {
-                if let Some(resource) = key.strip_prefix(&key_prefix).and_then(|rest| rest.strip_suffix("}:lock")) {
+                if let Some(resource) = key
+                    .strip_prefix(&key_prefix)
+                    .and_then(|rest| rest.strip_suffix("}:lock"))
+                {
                     *seen.entry(resource.to_string()).or_default() += 1;
                 }
             }
@@ -243,35 +267,5 @@ impl Locks {
             });
         }
         Ok(LockList { locks, truncated })
-    }
-
-    /// PINGs every group.
-    pub async fn health(&self) -> Health {
-        let engine = &self.engine;
-        let replies = fan_out(&engine.groups, |group| group.ping(), |_| false).await;
-        let groups: Vec<GroupHealth> = engine
-            .groups
-            .iter()
-            .zip(replies)
-            .map(|(group, reply)| {
-                let (latency_ms, error) = match reply {
-                    Some(Reply::Answer(rtt)) => (Some(rtt.as_secs_f64() * 1000.0), None),
-                    Some(Reply::Timeout) => (None, Some("timeout".to_string())),
-                    Some(Reply::Failed(message)) => (None, Some(message)),
-                    None => (None, Some("no answer".to_string())),
-                };
-                GroupHealth {
-                    group: group.name.clone(),
-                    reachable: latency_ms.is_some(),
-                    latency_ms,
-                    error,
-                }
-            })
-            .collect();
-        Health {
-            quorum_available: groups.iter().filter(|g| g.reachable).count() >= engine.quorum,
-            quorum: engine.quorum,
-            groups,
-        }
     }
 }

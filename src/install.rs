@@ -26,7 +26,9 @@ pub fn redis_server() -> Result<PathBuf, InstallError> {
     if let Some(path) = std::env::var_os("QUORUMLOCK_REDIS_SERVER") {
         return Ok(PathBuf::from(path));
     }
-    let _guard = INSTALL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _guard = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(path) = on_path("redis-server") {
         return Ok(path);
     }
@@ -42,7 +44,8 @@ pub fn redis_server() -> Result<PathBuf, InstallError> {
         apt_get(&apt, &["update", "-q"]).map_err(|output| InstallError::Failed {
             output: format!("{first}\n{output}"),
         })?;
-        apt_get(&apt, &["install", "-y", "-q", "redis-server"]).map_err(|output| InstallError::Failed { output })?;
+        apt_get(&apt, &["install", "-y", "-q", "redis-server"])
+            .map_err(|output| InstallError::Failed { output })?;
     }
     on_path("redis-server").ok_or_else(|| InstallError::Missing {
         reason: "the package installed, but redis-server is still not on PATH".into(),

@@ -45,8 +45,8 @@ const MAX_NODES: usize = 200;
 /// Why a lab operation failed, worded for the person who has to fix it.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
-    #[error("redis-server not found on PATH; install it with `apt-get install redis-server`")]
-    RedisServerMissing,
+    #[error(transparent)]
+    RedisServerMissing(#[from] crate::install::InstallError),
     #[error("invalid lab settings: {0}")]
     InvalidSpec(String),
     #[error(
@@ -93,6 +93,8 @@ pub enum LabError {
     NoSuchGroup { group: usize, groups: usize },
     #[error("cannot find the current master of {group}: {reason}; check `quorumlock lab status`")]
     NoMaster { group: String, reason: String },
+    #[error("cannot admit {node} to the vote: {reason}")]
+    Admit { node: String, reason: String },
     #[error(
         "{node} (port {port}) is not running; if Sentinel has not promoted a replica yet, wait a moment, or bring the node back with `quorumlock lab restart {number}`"
     )]
@@ -292,7 +294,7 @@ impl Lab {
     /// Sentinels agreeing on every master), and writes `lab.json` and `quorumlock.toml`.
     /// On any failure everything already started is killed before the error is returned.
     pub async fn start(spec: LabSpec) -> Result<Lab, LabError> {
-        let redis = find_redis_server()?;
+        let redis = find_redis_server().await?;
         spec.validate()?;
         let dir = prepare_dir(&spec.dir)?;
         refuse_if_running(&dir)?;
@@ -354,9 +356,26 @@ impl Lab {
         lab.write_state()?;
         let all: Vec<usize> = (0..lab.state.nodes.len()).collect();
         lab.wait_until(&all, Readiness::Serving, deadline).await?;
+        lab.admit_masters().await?;
         let config_path = lab.config_path();
         write_file(&config_path, &lab.topology().to_toml())?;
         Ok(lab)
+    }
+
+    /// The masters were just created empty, so no grant can have been missed: let them vote
+    /// at once instead of sitting out the quarantine that protects a real restart.
+    async fn admit_masters(&self) -> Result<(), LabError> {
+        let marker = crate::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
+        for record in self.records(NodeKind::Master) {
+            let args = ["EVAL", crate::scripts::ADMIT_LUA, "1", marker.as_str(), "0"];
+            resp::call(record.port, &args, CONTROL_TIMEOUT)
+                .await
+                .map_err(|reason| LabError::Admit {
+                    node: record.name.clone(),
+                    reason,
+                })?;
+        }
+        Ok(())
     }
 
     /// Attaches to a lab started by an earlier process, from `<dir>/lab.json`. Dropping the
@@ -487,7 +506,7 @@ impl Lab {
             self.kill_and_wait(index).await?;
             dead.push(index);
         }
-        let redis = find_redis_server()?;
+        let redis = find_redis_server().await?;
         for &index in &dead {
             self.respawn(&redis, index)?;
         }
@@ -864,12 +883,12 @@ fn remove_if_present(path: &Path) -> Result<(), LabError> {
     }
 }
 
-fn find_redis_server() -> Result<PathBuf, LabError> {
-    let path = std::env::var_os("PATH").ok_or(LabError::RedisServerMissing)?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("redis-server"))
-        .find(|candidate| candidate.is_file())
-        .ok_or(LabError::RedisServerMissing)
+/// The binary to run; installing it may take a while, so it runs off the async threads.
+async fn find_redis_server() -> Result<PathBuf, LabError> {
+    tokio::task::spawn_blocking(crate::install::redis_server)
+        .await
+        .map_err(|error| LabError::InvalidSpec(format!("redis-server lookup stopped: {error}")))?
+        .map_err(LabError::from)
 }
 
 /// Creates the lab directory and makes it absolute, because Redis resolves the paths in its

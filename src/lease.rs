@@ -23,14 +23,16 @@ pub struct Acquire {
 
 impl Acquire {
     pub(crate) fn new(locks: Locks, resource: String) -> Self {
+        let mut options = AcquireOptions::default();
+        options.ttl = options.ttl.min(locks.topology().max_ttl());
         Acquire {
             locks,
             resource,
-            options: AcquireOptions::default(),
+            options,
         }
     }
 
-    /// How long the lock lives unless extended (default 15 s).
+    /// How long the lock lives unless extended (default 15 s, or max_ttl_ms when lower).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.options.ttl = ttl;
         self
@@ -77,6 +79,7 @@ pub struct Lease {
     token: String,
     fence: u64,
     ttl: Duration,
+    attempts: u32,
     started: Instant,
     valid_until: Instant,
     votes: Vec<GroupVote>,
@@ -84,13 +87,20 @@ pub struct Lease {
 }
 
 impl Lease {
-    pub(crate) fn new(engine: Arc<Engine>, resource: String, token: String, ttl: Duration, granted: Granted) -> Self {
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        resource: String,
+        token: String,
+        ttl: Duration,
+        granted: Granted,
+    ) -> Self {
         Lease {
             engine,
             resource,
             token,
             fence: granted.fence,
             ttl,
+            attempts: granted.attempts,
             started: granted.started,
             valid_until: granted.valid_until,
             votes: granted.votes,
@@ -131,6 +141,11 @@ impl Lease {
         SystemTime::now() + self.validity()
     }
 
+    /// How many attempts the acquire made (above 1 when it had to wait for another holder).
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
     /// When the acquire round that produced this lease started.
     pub fn acquired_at(&self) -> Instant {
         self.started
@@ -160,7 +175,11 @@ impl Lease {
     /// release by token (used when the token is handed to someone else).
     pub fn detach(mut self) -> (String, String, u64) {
         self.open = false;
-        (std::mem::take(&mut self.resource), std::mem::take(&mut self.token), self.fence)
+        (
+            std::mem::take(&mut self.resource),
+            std::mem::take(&mut self.token),
+            self.fence,
+        )
     }
 
     /// Starts a keepalive task that renews at about ttl/3.
@@ -172,6 +191,7 @@ impl Lease {
             token: self.token.clone(),
             fence: self.fence,
             ttl: self.ttl,
+            attempts: self.attempts,
             started: self.started,
             valid_until: self.valid_until,
             votes: std::mem::take(&mut self.votes),
@@ -199,7 +219,10 @@ impl Drop for Lease {
         }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let engine = self.engine.clone();
-            let (resource, token) = (std::mem::take(&mut self.resource), std::mem::take(&mut self.token));
+            let (resource, token) = (
+                std::mem::take(&mut self.resource),
+                std::mem::take(&mut self.token),
+            );
             runtime.spawn(async move {
                 if let Err(error) = engine.release(&resource, &token).await {
                     tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
@@ -363,7 +386,10 @@ async fn renew(
             }
             Err(Error::NotHeld { .. }) => {
                 lease.open = false;
-                end(&state, LeaseEnd::Lost("another holder or an expiry took the lock".into()));
+                end(
+                    &state,
+                    LeaseEnd::Lost("another holder or an expiry took the lock".into()),
+                );
                 return None;
             }
             Err(error) => {
@@ -371,7 +397,10 @@ async fn renew(
                 let retry = Instant::now() + (interval / 4).max(Duration::from_millis(1));
                 if retry >= lease.valid_until {
                     lease.open = false;
-                    end(&state, LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")));
+                    end(
+                        &state,
+                        LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),
+                    );
                     return None;
                 }
                 tracing::warn!(resource = %lease.resource, %error, "keepalive renewal failed; retrying");

@@ -22,19 +22,28 @@
 //! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
 //! - `scripts`: the `lua/` files, compiled in and named once.
 //! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
+//! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
+//! - `waiters`: release announcements that wake denied acquires instead of polling.
 //! - [`lock`]: acquire / extend / release with validity and fencing.
 //! - [`lease`]: the acquire builder, leases, keepalive.
-//! - [`inspect`]: one lock as each group sees it; group health.
+//! - [`inspect`]: one lock as each group sees it; the current locks.
+//! - [`health`]: each group's reachability, master, Sentinels, replicas and admission.
 //! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
 //! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
+//! - [`chaos`]: workers, fault injector and fenced store for the chaos runs.
+//! - [`checker`]: proves that no two holders overlapped and no fencing token went backwards.
+//! - [`bench`]: the engine benchmark behind `quorumlock bench`.
+//! - [`mcp`]: the MCP server for agents (stdio, streamable HTTP with bearer auth).
 //! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
 
 pub mod bench;
+pub mod chaos;
 pub mod checker;
 pub mod cli;
 pub mod config;
 pub mod error;
 mod group;
+pub mod health;
 pub mod inspect;
 pub mod install;
 pub mod lab;
@@ -44,10 +53,14 @@ pub mod mcp;
 mod quorum;
 pub mod resource;
 mod scripts;
+pub mod sentinel;
+mod waiters;
 
 pub use config::{ConfigError, GroupConfig, Topology};
 pub use error::{Error, Holder};
-pub use inspect::{GroupHealth, GroupView, Health, ListedLock, LockList, LockStatus};
+pub use health::{Admission, GroupHealth, Health};
+pub use inspect::{GroupView, ListedLock, LockList, LockStatus};
 pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
 pub use lock::{AcquireOptions, Extended, Locks, Released};
 pub use quorum::{GroupVote, Vote};
+pub use sentinel::Failover;

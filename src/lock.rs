@@ -21,15 +21,19 @@ use crate::lease::Lease;
 use crate::quorum::{GroupVote, Reply, Vote, count, fan_out};
 use crate::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::scripts;
+use crate::sentinel::{Failover, SentinelWatch};
+use crate::waiters::{Waiters, Watch};
+use tokio::sync::broadcast;
 
 /// Shortest TTL accepted: below this the drift allowance leaves no validity.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
-/// Longest TTL accepted.
-pub const MAX_TTL: Duration = Duration::from_secs(24 * 3600);
 /// Longest wait accepted.
 pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
 /// Default TTL of a lease.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Extra tries of a delete on a group that timed out or failed: deletes are idempotent, and
+/// without them a lock would stay on that group until its TTL.
+const DELETE_RETRIES: usize = 2;
 /// Rounds one attempt may spend raising its fencing proposal above a group's fence.
 const FENCE_ROUNDS: usize = 3;
 
@@ -41,6 +45,11 @@ pub struct Locks {
 
 pub(crate) struct Engine {
     pub groups: Vec<Group>,
+    /// Master changes Sentinel announced, as the groups acted on them.
+    failovers: broadcast::Sender<Failover>,
+    sentinels: SentinelWatch,
+    /// Release subscriptions of denied acquires that wait.
+    waiters: Waiters,
     pub topology: Topology,
     pub quorum: usize,
     /// Highest fence this process has proposed or seen; proposals always go above it.
@@ -93,6 +102,7 @@ enum Grant {
     Granted,
     Held { remaining_ms: u64, record: String },
     FenceAhead(u64),
+    Quarantined(u64),
 }
 
 /// The result of one extend.
@@ -116,6 +126,8 @@ pub struct Released {
 /// A successful acquire round, before it becomes a [`Lease`].
 pub(crate) struct Granted {
     pub fence: u64,
+    /// Attempts this acquire made (1 when the lock was free at once).
+    pub attempts: u32,
     pub started: Instant,
     pub valid_until: Instant,
     pub votes: Vec<GroupVote>,
@@ -131,9 +143,14 @@ impl Locks {
             groups.push(Group::connect(index, config, &topology).await?);
         }
         futures::future::join_all(groups.iter().map(Group::start)).await;
+        let (failovers, _) = broadcast::channel(64);
+        let sentinels = SentinelWatch::start(&groups, failovers.clone()).await;
         Ok(Locks {
             engine: Arc::new(Engine {
                 quorum: topology.quorum(),
+                failovers,
+                sentinels,
+                waiters: Waiters::default(),
                 groups,
                 topology,
                 highest_fence: AtomicU64::new(0),
@@ -147,19 +164,40 @@ impl Locks {
     }
 
     /// Acquires with explicit options.
-    pub async fn acquire_with(&self, resource: &str, options: &AcquireOptions) -> Result<Lease, Error> {
+    pub async fn acquire_with(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
         let granted = self.engine.acquire(resource, options).await?;
-        Ok(Lease::new(self.engine.clone(), resource.to_string(), granted.0, options.ttl, granted.1))
+        Ok(Lease::new(
+            self.engine.clone(),
+            resource.to_string(),
+            granted.0,
+            options.ttl,
+            granted.1,
+        ))
     }
 
     /// Renews the lock held under `token` for `ttl` on a majority of groups.
-    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
         self.engine.extend(resource, token, ttl).await
     }
 
     /// Deletes the lock on every group where it still carries `token`.
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         self.engine.release(resource, token).await
+    }
+
+    /// Deletes the lock on every group whoever holds it; for operators clearing a stuck
+    /// lock. The holder is not told; its fencing token stays below every later holder's.
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        self.engine.force_release(resource).await
     }
 
     /// The topology this client votes over.
@@ -172,8 +210,15 @@ impl Locks {
         self.engine.quorum
     }
 
+    /// Master changes that Sentinel announces from now on, each after the group reconnected.
+    pub fn failovers(&self) -> broadcast::Receiver<Failover> {
+        self.engine.failovers.subscribe()
+    }
+
     /// Closes every group's connection.
     pub async fn close(&self) {
+        self.engine.sentinels.stop().await;
+        self.engine.waiters.stop().await;
         futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;
     }
 }
@@ -213,19 +258,22 @@ fn parse_grant(values: Vec<Value>) -> Result<Grant, String> {
             record: text(values.get(2)),
         }),
         Some(2) => Ok(Grant::FenceAhead(integer(values.get(1)).unwrap_or(0))),
+        Some(3) => Ok(Grant::Quarantined(integer(values.get(1)).unwrap_or(0))),
         _ => Err(format!("unexpected acquire reply {values:?}")),
     }
 }
 
-pub(crate) fn check_ttl(field: &'static str, ttl: Duration) -> Result<(), Error> {
-    if ttl < MIN_TTL || ttl > MAX_TTL {
+/// TTLs must lie within MIN_TTL..=max_ttl: a longer lease could outlive a fresh master's
+/// quarantine.
+fn check_ttl(ttl: Duration, max_ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_TTL || ttl > max_ttl {
         return Err(Error::invalid(
-            field,
+            "ttl",
             format!(
-                "{} ms is outside {}..={} ms",
+                "{} ms is outside {}..={} ms (max_ttl_ms of the topology)",
                 ttl.as_millis(),
                 MIN_TTL.as_millis(),
-                MAX_TTL.as_millis()
+                max_ttl.as_millis()
             ),
         ));
     }
@@ -251,7 +299,9 @@ impl Engine {
         let now = unix_micros();
         let previous = self
             .highest_fence
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| Some(last.max(now - 1) + 1))
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(last.max(now - 1) + 1)
+            })
             .unwrap_or_else(|last| last);
         previous.max(now - 1) + 1
     }
@@ -265,13 +315,21 @@ impl Engine {
         base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
     }
 
-    pub async fn acquire(&self, resource: &str, options: &AcquireOptions) -> Result<(String, Granted), Error> {
+    pub async fn acquire(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<(String, Granted), Error> {
         validate_resource(resource)?;
-        check_ttl("ttl", options.ttl)?;
+        check_ttl(options.ttl, self.topology.max_ttl())?;
         if options.wait > MAX_WAIT {
             return Err(Error::invalid(
                 "wait",
-                format!("{} ms is above the limit of {} ms", options.wait.as_millis(), MAX_WAIT.as_millis()),
+                format!(
+                    "{} ms is above the limit of {} ms",
+                    options.wait.as_millis(),
+                    MAX_WAIT.as_millis()
+                ),
             ));
         }
         validate_label("owner", options.owner.as_deref())?;
@@ -285,9 +343,30 @@ impl Engine {
         })
         .unwrap_or_default();
         let deadline = Instant::now() + options.wait;
+        let mut attempts = 0;
+        // Subscribed to the resource's release channel once a wait finds it held.
+        let mut watch: Option<Watch> = None;
         loop {
-            let (error, may_hold) = match self.attempt(resource, &keys, &token, options.ttl, &record).await {
-                Ok(granted) => return Ok((token, granted)),
+            attempts += 1;
+            // Armed before the attempt, so a release announced during it is not missed.
+            let notify = watch.as_ref().map(Watch::notify);
+            let mut released = notify.as_ref().map(|notify| Box::pin(notify.notified()));
+            if let Some(released) = released.as_mut() {
+                released.as_mut().enable();
+            }
+            let (error, may_hold) = match self
+                .attempt(resource, &keys, &token, options.ttl, &record)
+                .await
+            {
+                Ok(granted) => {
+                    return Ok((
+                        token,
+                        Granted {
+                            attempts,
+                            ..granted
+                        },
+                    ));
+                }
                 Err(failure) => failure,
             };
             self.roll_back(&keys, &token, &may_hold).await;
@@ -295,7 +374,36 @@ impl Engine {
             if now >= deadline || matches!(error, Error::InvalidInput { .. }) {
                 return Err(error);
             }
-            tokio::time::sleep(self.retry_delay().min(deadline - now)).await;
+            let holder_left = match &error {
+                Error::Held { holder, .. } => holder
+                    .as_ref()
+                    .map(|h| Duration::from_millis(h.remaining_ms)),
+                _ => None,
+            };
+            if watch.is_none() && matches!(error, Error::Held { .. }) {
+                // Try again at once after subscribing: a release before the subscription
+                // shows up as a free lock, one after it as a message.
+                watch = Some(self.waiters.watch(&self.groups, &keys.released).await);
+                continue;
+            }
+            let delay = match (&watch, holder_left) {
+                // Announcements wake us; the timer only covers expiries and lost messages.
+                (Some(_), Some(left)) => left.clamp(
+                    self.topology.retry_delay(),
+                    self.topology.retry_delay() * 10,
+                ),
+                _ => self.retry_delay(),
+            };
+            let announced = async {
+                match released.as_mut() {
+                    Some(released) => released.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = announced => {}
+                _ = tokio::time::sleep(delay.min(deadline - now)) => {}
+            }
         }
     }
 
@@ -313,7 +421,8 @@ impl Engine {
         let n = self.size();
         let quorum = self.quorum;
         let mut may_hold = vec![false; n];
-        let script_keys = keys.all();
+        let script_keys = keys.acquire();
+        let quarantine = Value::from(to_millis(self.topology.max_ttl()) as i64);
         for round in 0..FENCE_ROUNDS {
             let fence = self.propose_fence();
             let args: Vec<Value> = vec![
@@ -321,31 +430,27 @@ impl Engine {
                 Value::from(to_millis(ttl) as i64),
                 Value::from(fence.to_string()),
                 record.into(),
+                quarantine.clone(),
             ];
             let replies = fan_out(
                 &self.groups,
-                |group| {
-                    let (keys, args) = (script_keys.clone(), args.clone());
-                    async move {
-                        match group.eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args).await {
-                            Reply::Answer(values) => match parse_grant(values) {
-                                Ok(grant) => Reply::Answer(grant),
-                                Err(message) => Reply::Failed(message),
-                            },
-                            Reply::Timeout => Reply::Timeout,
-                            Reply::Failed(message) => Reply::Failed(message),
-                        }
-                    }
-                },
+                |group| self.ask_grant(group, script_keys.clone(), args.clone()),
                 |replies| {
                     let granted = count(replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
-                    let lost = count(replies, |r| !matches!(r, Reply::Answer(Grant::Granted | Grant::FenceAhead(_))));
+                    let lost = count(replies, |r| {
+                        !matches!(r, Reply::Answer(Grant::Granted | Grant::FenceAhead(_)))
+                    });
                     granted >= quorum || lost > n - quorum
                 },
             )
             .await;
             for (index, reply) in replies.iter().enumerate() {
-                may_hold[index] |= !matches!(reply, Some(Reply::Answer(Grant::Held { .. } | Grant::FenceAhead(_))));
+                may_hold[index] |= !matches!(
+                    reply,
+                    Some(Reply::Answer(
+                        Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)
+                    ))
+                );
             }
             let granted = count(&replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
             let ahead: Vec<u64> = replies
@@ -362,6 +467,7 @@ impl Engine {
                 if elapsed < lifetime {
                     return Ok(Granted {
                         fence,
+                        attempts: 1,
                         started,
                         valid_until: started + lifetime,
                         votes,
@@ -384,6 +490,49 @@ impl Engine {
         }
         // The loop always returns in its last round.
         Err((self.denial(resource, Vec::new()), may_hold))
+    }
+
+    /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
+    /// once that many replicas acknowledged it (`WAIT`, pipelined behind the script).
+    async fn ask_grant(
+        &self,
+        group: &Group,
+        keys: Vec<fred::types::Key>,
+        args: Vec<Value>,
+    ) -> Reply<Grant> {
+        let wanted = self.topology.replica_acks;
+        let (values, acknowledged) = if wanted == 0 {
+            match group
+                .eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args)
+                .await
+            {
+                Reply::Answer(values) => (values, None),
+                Reply::Timeout => return Reply::Timeout,
+                Reply::Failed(message) => return Reply::Failed(message),
+            }
+        } else {
+            let timeout = self.topology.replica_ack_timeout_ms;
+            match group
+                .eval_acknowledged::<Vec<Value>>(&scripts::ACQUIRE, keys, args, wanted, timeout)
+                .await
+            {
+                Reply::Answer((values, count)) => (values, Some(count)),
+                Reply::Timeout => return Reply::Timeout,
+                Reply::Failed(message) => return Reply::Failed(message),
+            }
+        };
+        match (parse_grant(values), acknowledged) {
+            // A grant its replicas have not seen could vanish in a failover: it does not count,
+            // and the rollback removes it.
+            (Ok(Grant::Granted), Some(count)) if count < i64::from(wanted) => {
+                Reply::Failed(format!(
+                    "grant acknowledged by {count} of {wanted} replicas within {} ms",
+                    self.topology.replica_ack_timeout_ms
+                ))
+            }
+            (Ok(grant), _) => Reply::Answer(grant),
+            (Err(message), _) => Reply::Failed(message),
+        }
     }
 
     /// Why a vote without a majority failed: the infrastructure, or another holder.
@@ -413,7 +562,11 @@ impl Engine {
                 vote: Vote::from_reply(reply, |grant| match grant {
                     Grant::Granted => Vote::Granted,
                     Grant::FenceAhead(fence) => Vote::FenceAhead { fence },
-                    Grant::Held { remaining_ms, record } => {
+                    Grant::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
+                    Grant::Held {
+                        remaining_ms,
+                        record,
+                    } => {
                         let record = OwnerRecord::parse(&record);
                         Vote::Held {
                             owner: record.owner,
@@ -432,44 +585,74 @@ impl Engine {
         if !may_hold.contains(&true) {
             return;
         }
-        let lease_keys = keys.lease();
-        let args: Vec<Value> = vec![token.into()];
-        futures::future::join_all(self.groups.iter().zip(may_hold).filter(|(_, hold)| **hold).map(|(group, _)| {
-            group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
-        }))
+        let lease_keys = keys.release();
+        let args: Vec<Value> = vec![token.into(), keys.released.as_str().into()];
+        futures::future::join_all(
+            self.groups
+                .iter()
+                .zip(may_hold)
+                .filter(|(_, hold)| **hold)
+                .map(|(group, _)| {
+                    group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
+                }),
+        )
         .await;
     }
 
-    /// Fans a compare-by-token script out and turns 1/0 answers into votes.
+    /// Fans a compare-by-token script out (release, extend) and turns its answers
+    /// (`1`, `0`, or `{status, quarantine_left}`) into votes.
     async fn by_token(
         &self,
         script: &fred::types::scripts::Script,
-        resource: &str,
+        keys: Vec<fred::types::Key>,
         args: Vec<Value>,
-        wait_for_all: bool,
-    ) -> Result<Vec<GroupVote>, Error> {
-        validate_resource(resource)?;
-        let keys = self.keys(resource).lease();
+        call: TokenCall,
+    ) -> Vec<GroupVote> {
         let (n, quorum) = (self.size(), self.quorum);
+        let (wait_for_all, retries) = match call {
+            TokenCall::Renew => (false, 0),
+            TokenCall::Delete => (true, DELETE_RETRIES),
+        };
         let replies = fan_out(
             &self.groups,
-            |group| group.eval::<i64>(script, keys.clone(), args.clone()),
+            |group| {
+                let (keys, args) = (keys.clone(), args.clone());
+                async move {
+                    let mut reply = group
+                        .eval::<Value>(script, keys.clone(), args.clone())
+                        .await;
+                    for _ in 0..retries {
+                        if matches!(reply, Reply::Answer(_)) {
+                            break;
+                        }
+                        reply = group
+                            .eval::<Value>(script, keys.clone(), args.clone())
+                            .await;
+                    }
+                    reply
+                }
+            },
             |replies| {
-                let yes = count(replies, |r| matches!(r, Reply::Answer(1)));
-                let no = count(replies, |r| !matches!(r, Reply::Answer(1)));
+                let yes = count(
+                    replies,
+                    |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+                );
+                let no = count(
+                    replies,
+                    |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+                );
                 !wait_for_all && (yes >= quorum || no > n - quorum)
             },
         )
         .await;
-        Ok(self
-            .groups
+        self.groups
             .iter()
             .zip(replies)
             .map(|(group, reply)| GroupVote {
                 group: group.name.clone(),
-                vote: Vote::from_reply(reply, |answer| if answer == 1 { Vote::Granted } else { Vote::NotHeld }),
+                vote: Vote::from_reply(reply, |answer| token_vote(&answer)),
             })
-            .collect())
+            .collect()
     }
 
     fn not_held_or_unavailable(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
@@ -489,12 +672,29 @@ impl Engine {
         }
     }
 
-    pub async fn extend(&self, resource: &str, token: &str, ttl: Duration) -> Result<Extended, Error> {
-        check_ttl("ttl", ttl)?;
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
+        check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
+        validate_resource(resource)?;
         let started = Instant::now();
-        let args: Vec<Value> = vec![token.into(), Value::from(to_millis(ttl) as i64)];
-        let votes = self.by_token(&scripts::EXTEND, resource, args, false).await?;
+        let args: Vec<Value> = vec![
+            token.into(),
+            Value::from(to_millis(ttl) as i64),
+            Value::from(to_millis(self.topology.max_ttl()) as i64),
+        ];
+        let votes = self
+            .by_token(
+                &scripts::EXTEND,
+                self.keys(resource).extend(),
+                args,
+                TokenCall::Renew,
+            )
+            .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = ttl.saturating_sub(self.drift(ttl));
         if renewed >= self.quorum && started.elapsed() < lifetime {
@@ -508,7 +708,33 @@ impl Engine {
 
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         check_token(token)?;
-        let votes = self.by_token(&scripts::RELEASE, resource, vec![token.into()], true).await?;
+        validate_resource(resource)?;
+        let keys = self.keys(resource);
+        let args = vec![token.into(), keys.released.as_str().into()];
+        let votes = self
+            .by_token(&scripts::RELEASE, keys.release(), args, TokenCall::Delete)
+            .await;
+        self.released(resource, votes)
+    }
+
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        validate_resource(resource)?;
+        let keys = self.keys(resource);
+        let args = vec![keys.released.as_str().into()];
+        let votes = self
+            .by_token(
+                &scripts::FORCE_RELEASE,
+                keys.release(),
+                args,
+                TokenCall::Delete,
+            )
+            .await;
+        self.released(resource, votes)
+    }
+
+    /// A release's outcome: what was deleted, or an error when too few groups answered to
+    /// know.
+    fn released(&self, resource: &str, votes: Vec<GroupVote>) -> Result<Released, Error> {
         let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
         if groups_released == 0 && answered < self.quorum {
@@ -522,9 +748,38 @@ impl Engine {
     }
 }
 
+/// How a compare-by-token call is fanned out.
+#[derive(Clone, Copy)]
+enum TokenCall {
+    /// Extend: decided as soon as a majority answered one way.
+    Renew,
+    /// Release: every group answers (retried on failure), so nothing is left behind.
+    Delete,
+}
+
+/// The vote behind a release or extend answer.
+fn token_vote(answer: &Value) -> Vote {
+    let (status, detail) = match answer {
+        Value::Array(values) => (integer(values.first()), integer(values.get(1))),
+        other => (integer(Some(other)), None),
+    };
+    match status {
+        Some(1) => Vote::Granted,
+        Some(3) => Vote::Quarantined {
+            remaining_ms: detail.unwrap_or(0),
+        },
+        _ => Vote::NotHeld,
+    }
+}
+
 /// Tokens are what acquire hands out: 32 lowercase hex digits. Anything else cannot match.
 fn check_token(token: &str) -> Result<(), Error> {
-    if token.is_empty() || token.len() > 64 || !token.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+    if token.is_empty()
+        || token.len() > 64
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
         return Err(Error::invalid(
             "token",
             "must be the token returned by acquire (32 hex digits)",

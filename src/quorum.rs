@@ -70,6 +70,9 @@ pub enum Vote {
     FenceAhead { fence: u64 },
     /// The script answered "not ours" (release/extend of a token this group does not hold).
     NotHeld,
+    /// This master is new to the vote (a promoted replica, or restarted without its data) and
+    /// sits out until every lease it may have missed has expired.
+    Quarantined { remaining_ms: u64 },
     /// No answer within the per-call timeout; the call may still have been applied.
     Timeout,
     /// The call failed; the message says why.
@@ -79,9 +82,12 @@ pub enum Vote {
 }
 
 impl Vote {
-    /// A vote that tells nothing about the lock: the infrastructure failed to answer.
+    /// A vote that tells nothing about the lock: the group failed to answer, or sits out.
     pub fn is_failure(&self) -> bool {
-        matches!(self, Vote::Timeout | Vote::Error { .. })
+        matches!(
+            self,
+            Vote::Timeout | Vote::Error { .. } | Vote::Quarantined { .. }
+        )
     }
 
     pub(crate) fn from_reply<T>(reply: Option<Reply<T>>, answered: impl FnOnce(T) -> Vote) -> Vote {
@@ -110,12 +116,21 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
         .map(|v| match &v.vote {
             Vote::Timeout => format!("{} (timeout)", v.group),
             Vote::Error { message } => format!("{} ({message})", v.group),
+            Vote::Quarantined { remaining_ms } => {
+                format!(
+                    "{} (new master, out of the vote for another {remaining_ms} ms)",
+                    v.group
+                )
+            }
             _ => v.group.clone(),
         })
         .collect()
 }
 
 /// Counts votes matching `predicate` among the answers gathered so far.
-pub(crate) fn count<T>(replies: &[Option<Reply<T>>], predicate: impl Fn(&Reply<T>) -> bool) -> usize {
+pub(crate) fn count<T>(
+    replies: &[Option<Reply<T>>],
+    predicate: impl Fn(&Reply<T>) -> bool,
+) -> usize {
     replies.iter().flatten().filter(|r| predicate(r)).count()
 }

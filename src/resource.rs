@@ -12,12 +12,21 @@ pub const MAX_RESOURCE_BYTES: usize = 512;
 /// Longest accepted owner or purpose text, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
 
-/// The keys of one resource: `<prefix>:{<resource>}:lock|fence|owner`.
+/// The keys of one resource, `<prefix>:{<resource>}:lock|fence|owner`, and the master's
+/// admission marker `<prefix>:admission` (no braces, so no resource key can ever equal it).
 #[derive(Debug, Clone)]
 pub(crate) struct ResourceKeys {
     pub lock: Key,
     pub fence: Key,
     pub owner: Key,
+    pub admission: Key,
+    /// Pub/sub channel on which releases wake the waiters of this resource.
+    pub released: String,
+}
+
+/// The key under which a master records since when its replication history may vote.
+pub fn admission_key(prefix: &str) -> String {
+    format!("{prefix}:admission")
 }
 
 impl ResourceKeys {
@@ -27,16 +36,37 @@ impl ResourceKeys {
             lock: key("lock"),
             fence: key("fence"),
             owner: key("owner"),
+            admission: Key::from(admission_key(prefix)),
+            released: format!("{prefix}:{{{resource}}}:released"),
         }
     }
 
-    /// Keys of the acquire and inspect scripts.
-    pub fn all(&self) -> Vec<Key> {
+    /// Keys of the acquire script.
+    pub fn acquire(&self) -> Vec<Key> {
+        vec![
+            self.lock.clone(),
+            self.fence.clone(),
+            self.owner.clone(),
+            self.admission.clone(),
+        ]
+    }
+
+    /// Keys of the inspect script.
+    pub fn inspect(&self) -> Vec<Key> {
         vec![self.lock.clone(), self.fence.clone(), self.owner.clone()]
     }
 
-    /// Keys of the release and extend scripts.
-    pub fn lease(&self) -> Vec<Key> {
+    /// Keys of the extend script.
+    pub fn extend(&self) -> Vec<Key> {
+        vec![
+            self.lock.clone(),
+            self.owner.clone(),
+            self.admission.clone(),
+        ]
+    }
+
+    /// Keys of the release script.
+    pub fn release(&self) -> Vec<Key> {
         vec![self.lock.clone(), self.owner.clone()]
     }
 }
@@ -99,11 +129,21 @@ mod tests {
 
     #[test]
     fn keys_never_collide_across_names() {
-        let names = ["a", "a}:lock", "a}", "{a}", "a b", "*", "ключ", "a}:lock}:owner"];
+        let names = [
+            "a",
+            "a}:lock",
+            "a}",
+            "{a}",
+            "a b",
+            "*",
+            "ключ",
+            "a}:lock}:owner",
+        ];
         let mut seen = std::collections::HashSet::new();
         for name in names {
             let keys = ResourceKeys::new("ql", name);
             for key in [keys.lock, keys.fence, keys.owner] {
+                assert_ne!(key, keys.admission);
                 assert!(seen.insert(key.as_bytes().to_vec()), "{name} collides");
             }
         }

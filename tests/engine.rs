@@ -36,7 +36,10 @@ async fn mutual_exclusion_under_contention() {
                     Err(Error::Held { .. }) => continue,
                     Err(other) => panic!("unexpected acquire error: {other}"),
                 };
-                assert!(!inside.swap(true, Ordering::SeqCst), "two holders inside at once");
+                assert!(
+                    !inside.swap(true, Ordering::SeqCst),
+                    "two holders inside at once"
+                );
                 fences.lock().await.push(lease.fencing_token());
                 tokio::task::yield_now().await;
                 inside.store(false, Ordering::SeqCst);
@@ -51,31 +54,58 @@ async fn mutual_exclusion_under_contention() {
     }
     let fences = fences.lock().await;
     assert_eq!(fences.len(), 12 * 8);
-    assert!(fences.windows(2).all(|w| w[0] < w[1]), "fencing tokens must grow in grant order");
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must grow in grant order"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_expiry_frees_the_lock_and_stale_tokens_do_nothing() {
     let fx = sentinel_lab().await;
-    let first = fx.locks.acquire("expiring").ttl(300 * MS).await.expect("first");
+    let first = fx
+        .locks
+        .acquire("expiring")
+        .ttl(300 * MS)
+        .await
+        .expect("first");
     let (_, stale_token, first_fence) = first.detach();
 
     let denied = fx.locks.acquire("expiring").await.expect_err("still held");
     assert!(matches!(denied, Error::Held { .. }), "{denied}");
 
-    let second = fx.locks.acquire("expiring").ttl(Duration::from_secs(10)).wait(Duration::from_secs(3)).await.expect("after expiry");
+    let second = fx
+        .locks
+        .acquire("expiring")
+        .ttl(Duration::from_secs(10))
+        .wait(Duration::from_secs(3))
+        .await
+        .expect("after expiry");
     assert!(second.fencing_token() > first_fence);
 
     // The first holder's token is stale now: release and extend must leave the lease alone.
-    let released = fx.locks.release("expiring", &stale_token).await.expect("release answers");
+    let released = fx
+        .locks
+        .release("expiring", &stale_token)
+        .await
+        .expect("release answers");
     assert!(!released.released);
-    let extended = fx.locks.extend("expiring", &stale_token, Duration::from_secs(60)).await;
-    assert!(matches!(extended, Err(Error::NotHeld { .. })), "{extended:?}");
+    let extended = fx
+        .locks
+        .extend("expiring", &stale_token, Duration::from_secs(60))
+        .await;
+    assert!(
+        matches!(extended, Err(Error::NotHeld { .. })),
+        "{extended:?}"
+    );
     let status = fx.locks.status("expiring").await.expect("status");
     assert!(status.held);
     assert_eq!(status.fencing_token, Some(second.fencing_token()));
     let remaining = status.holder.expect("holder").remaining_ms;
-    assert!(remaining <= 10_000, "a stale extend must not renew: {remaining} ms left");
+    assert!(
+        remaining <= 10_000,
+        "a stale extend must not renew: {remaining} ms left"
+    );
     second.release().await.expect("release");
 }
 
@@ -86,30 +116,62 @@ async fn partial_grants_are_rolled_back() {
     for group in 0..3 {
         let client = fx.master(group).await;
         let _: Option<String> = client
-            .set(lock_key("planted"), "someone-else", Some(Expiration::PX(30_000)), Some(SetOptions::NX), false)
+            .set(
+                lock_key("planted"),
+                "someone-else",
+                Some(Expiration::PX(30_000)),
+                Some(SetOptions::NX),
+                false,
+            )
             .await
             .expect("plant");
     }
-    let error = fx.locks.acquire("planted").await.expect_err("held on a majority");
+    let error = fx
+        .locks
+        .acquire("planted")
+        .await
+        .expect_err("held on a majority");
     assert!(matches!(error, Error::Held { .. }), "{error}");
     let values = fx.values_of(&lock_key("planted")).await;
-    assert_eq!(&values[3..], &[None, None], "our grants on the free groups were not rolled back");
+    assert_eq!(
+        &values[3..],
+        &[None, None],
+        "our grants on the free groups were not rolled back"
+    );
 
     // Planted on two groups and one group dead: 2 grants are not a majority, so they go too.
     for group in 0..2 {
         let client = fx.master(group).await;
         let _: Option<String> = client
-            .set(lock_key("planted-two"), "someone-else", Some(Expiration::PX(30_000)), None, false)
+            .set(
+                lock_key("planted-two"),
+                "someone-else",
+                Some(Expiration::PX(30_000)),
+                None,
+                false,
+            )
             .await
             .expect("plant");
     }
     let mut lab = fx.lab;
     lab.kill(2).await.expect("kill");
-    let error = fx.locks.acquire("planted-two").await.expect_err("no majority");
+    let error = fx
+        .locks
+        .acquire("planted-two")
+        .await
+        .expect_err("no majority");
     assert!(matches!(error, Error::Held { .. }), "{error}");
     for group in 3..5 {
         let node = lab.master_of(group).await.expect("master");
-        let client = Client::new(Config { server: ServerConfig::new_centralized("127.0.0.1", node.port), ..Default::default() }, None, None, None);
+        let client = Client::new(
+            Config {
+                server: ServerConfig::new_centralized("127.0.0.1", node.port),
+                ..Default::default()
+            },
+            None,
+            None,
+            None,
+        );
         client.init().await.expect("connect");
         let value: Option<String> = client.get(lock_key("planted-two")).await.expect("GET");
         assert_eq!(value, None, "group {group} kept our partial grant");
@@ -121,8 +183,16 @@ async fn survives_two_dead_groups_and_names_three() {
     let mut fx = plain_lab().await;
     fx.lab.kill(0).await.expect("kill");
     fx.lab.kill(1).await.expect("kill");
-    let lease = fx.locks.acquire("two-down").await.expect("3 of 5 still grant");
-    let granted = lease.votes().iter().filter(|v| v.vote == Vote::Granted).count();
+    let lease = fx
+        .locks
+        .acquire("two-down")
+        .await
+        .expect("3 of 5 still grant");
+    let granted = lease
+        .votes()
+        .iter()
+        .filter(|v| v.vote == Vote::Granted)
+        .count();
     assert!(granted >= 3);
     lease.release().await.expect("release");
 
@@ -150,14 +220,40 @@ async fn frozen_masters_cost_at_most_the_call_timeout() {
     fx.lab.freeze(3).await.expect("freeze");
     fx.lab.freeze(2).await.expect("freeze");
     let started = Instant::now();
-    let error = fx.locks.acquire("three-frozen").await.expect_err("no quorum");
+    let error = fx
+        .locks
+        .acquire("three-frozen")
+        .await
+        .expect_err("no quorum");
     let took = started.elapsed();
     assert!(error.is_unavailable(), "{error}");
-    assert!(error.votes().iter().filter(|v| v.vote == Vote::Timeout).count() >= 3, "{error}");
-    assert!(took < fx.topology.call_timeout() * 5, "frozen masters stalled acquire for {took:?}");
+    assert!(
+        error
+            .votes()
+            .iter()
+            .filter(|v| v.vote == Vote::Timeout)
+            .count()
+            >= 3,
+        "{error}"
+    );
+    assert!(
+        took < fx.topology.call_timeout() * 5,
+        "frozen masters stalled acquire for {took:?}"
+    );
     let started = Instant::now();
-    let status = fx.locks.status("three-frozen").await.expect("status answers");
-    assert_eq!(status.groups.iter().filter(|g| g.state == "timeout").count(), 3);
+    let status = fx
+        .locks
+        .status("three-frozen")
+        .await
+        .expect("status answers");
+    assert_eq!(
+        status
+            .groups
+            .iter()
+            .filter(|g| g.state == "timeout")
+            .count(),
+        3
+    );
     assert!(started.elapsed() < fx.topology.call_timeout() * 5);
     for group in 2..5 {
         fx.lab.thaw(group).await.expect("thaw");
@@ -190,8 +286,20 @@ async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
     }
     let error = attempt.await.expect("task").expect_err("validity used up");
     assert!(matches!(error, Error::Expired { .. }), "{error}");
-    assert!(error.votes().iter().filter(|v| v.vote == Vote::Granted).count() >= 3, "{error}");
-    assert_eq!(fx.values_of(&lock_key("slow")).await, vec![None; 5], "expired grants left behind");
+    assert!(
+        error
+            .votes()
+            .iter()
+            .filter(|v| v.vote == Vote::Granted)
+            .count()
+            >= 3,
+        "{error}"
+    );
+    assert_eq!(
+        fx.values_of(&lock_key("slow")).await,
+        vec![None; 5],
+        "expired grants left behind"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,10 +310,20 @@ async fn fencing_tokens_grow_across_release_expiry_and_data_loss() {
     fences.push(released.fencing_token());
     released.release().await.expect("release");
 
-    let expired = fx.locks.acquire("fenced").ttl(100 * MS).await.expect("acquire");
+    let expired = fx
+        .locks
+        .acquire("fenced")
+        .ttl(100 * MS)
+        .await
+        .expect("acquire");
     fences.push(expired.fencing_token());
     let _ = expired.detach();
-    let after_expiry = fx.locks.acquire("fenced").wait(Duration::from_secs(2)).await.expect("after expiry");
+    let after_expiry = fx
+        .locks
+        .acquire("fenced")
+        .wait(Duration::from_secs(2))
+        .await
+        .expect("after expiry");
     fences.push(after_expiry.fencing_token());
     after_expiry.release().await.expect("release");
 
@@ -221,23 +339,48 @@ async fn fencing_tokens_grow_across_release_expiry_and_data_loss() {
     let ahead = fences[fences.len() - 1] + 1_000_000_000;
     for group in 0..3 {
         let client = fx.master(group).await;
-        let _: () = client.set(fence_key("fenced"), ahead, None, None, false).await.expect("SET fence");
+        let _: () = client
+            .set(fence_key("fenced"), ahead, None, None, false)
+            .await
+            .expect("SET fence");
     }
-    let overtaken = fx.locks.acquire("fenced").await.expect("acquire above the fence");
-    assert!(overtaken.fencing_token() > ahead, "{} <= {ahead}", overtaken.fencing_token());
+    let overtaken = fx
+        .locks
+        .acquire("fenced")
+        .await
+        .expect("acquire above the fence");
+    assert!(
+        overtaken.fencing_token() > ahead,
+        "{} <= {ahead}",
+        overtaken.fencing_token()
+    );
     overtaken.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_reload_after_script_flush() {
     let fx = sentinel_lab().await;
-    fx.locks.acquire("before-flush").await.expect("acquire").release().await.expect("release");
+    fx.locks
+        .acquire("before-flush")
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
     for group in 0..5 {
         let client = fx.master(group).await;
         let _: () = client.script_flush(false).await.expect("SCRIPT FLUSH");
     }
-    let lease = fx.locks.acquire("after-flush").await.expect("scripts reload on NOSCRIPT");
-    assert!(lease.votes().iter().all(|v| !v.vote.is_failure()), "{:?}", lease.votes());
+    let lease = fx
+        .locks
+        .acquire("after-flush")
+        .await
+        .expect("scripts reload on NOSCRIPT");
+    assert!(
+        lease.votes().iter().all(|v| !v.vote.is_failure()),
+        "{:?}",
+        lease.votes()
+    );
     lease.release().await.expect("release");
 }
 
@@ -251,28 +394,48 @@ async fn resource_names_are_checked_and_independent() {
             other => panic!("{bad:?} was not rejected: {:?}", other.map(|l| l.detach())),
         }
     }
-    let names = ["a", "{a}", "a}", "{", "}", "*", "a*", "a b", " a", "ключ", "錠", "a}:lock"];
+    let names = [
+        "a", "{a}", "a}", "{", "}", "*", "a*", "a b", " a", "ключ", "錠", "a}:lock",
+    ];
     let mut leases = Vec::new();
     for name in names {
-        leases.push(fx.locks.acquire(name).await.unwrap_or_else(|e| panic!("{name:?}: {e}")));
+        leases.push(
+            fx.locks
+                .acquire(name)
+                .await
+                .unwrap_or_else(|e| panic!("{name:?}: {e}")),
+        );
     }
     for (name, lease) in names.iter().zip(&leases) {
         let status = fx.locks.status(name).await.expect("status");
         assert!(status.held, "{name:?}");
-        assert_eq!(status.fencing_token, Some(lease.fencing_token()), "{name:?}");
+        assert_eq!(
+            status.fencing_token,
+            Some(lease.fencing_token()),
+            "{name:?}"
+        );
     }
     for lease in leases {
         assert!(lease.release().await.expect("release").released);
     }
     for name in names {
-        assert!(!fx.locks.status(name).await.expect("status").held, "{name:?} still held");
+        assert!(
+            !fx.locks.status(name).await.expect("status").held,
+            "{name:?} still held"
+        );
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keepalive_renews_and_reports_loss_at_once() {
     let fx = sentinel_lab().await;
-    let kept = fx.locks.acquire("kept").ttl(300 * MS).keepalive().await.expect("acquire");
+    let kept = fx
+        .locks
+        .acquire("kept")
+        .ttl(300 * MS)
+        .keepalive()
+        .await
+        .expect("acquire");
     // Three TTLs pass: only the keepalive keeps it alive.
     tokio::time::sleep(900 * MS).await;
     let status = fx.locks.status("kept").await.expect("status");
@@ -285,11 +448,174 @@ async fn keepalive_renews_and_reports_loss_at_once() {
         let client = fx.master(group).await;
         let _: i64 = client.del(lock_key("kept")).await.expect("DEL");
     }
-    let end = tokio::time::timeout(Duration::from_secs(2), kept.lost()).await.expect("loss reported");
+    let end = tokio::time::timeout(Duration::from_secs(2), kept.lost())
+        .await
+        .expect("loss reported");
     assert!(matches!(end, LeaseEnd::Lost(_)), "{end:?}");
 
-    let again = fx.locks.acquire("kept").ttl(300 * MS).keepalive().await.expect("acquire");
+    let again = fx
+        .locks
+        .acquire("kept")
+        .ttl(300 * MS)
+        .keepalive()
+        .await
+        .expect("acquire");
     drop(again);
-    let freed = fx.locks.acquire("kept").wait(Duration::from_millis(200)).await;
-    assert!(freed.is_ok(), "dropping a kept lease must release it: {:?}", freed.err());
+    let freed = fx
+        .locks
+        .acquire("kept")
+        .wait(Duration::from_millis(200))
+        .await;
+    assert!(
+        freed.is_ok(),
+        "dropping a kept lease must release it: {:?}",
+        freed.err()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_held_locks_by_prefix() {
+    let fx = sentinel_lab().await;
+    let mut leases = Vec::new();
+    for name in ["jobs:a", "jobs:b", "jobs:c", "jobs*literal", "other"] {
+        leases.push(
+            fx.locks
+                .acquire(name)
+                .owner("lister")
+                .await
+                .expect("acquire"),
+        );
+    }
+    let released = leases.remove(1); // jobs:b
+    released.release().await.expect("release");
+
+    let jobs = fx.locks.list("jobs:", 100).await.expect("list");
+    let names: Vec<&str> = jobs.locks.iter().map(|l| l.resource.as_str()).collect();
+    assert_eq!(names, ["jobs:a", "jobs:c"]);
+    assert!(!jobs.truncated);
+    assert!(
+        jobs.locks
+            .iter()
+            .all(|l| l.owner.as_deref() == Some("lister") && l.remaining_ms > 0)
+    );
+
+    // Glob characters in the prefix match literally.
+    let literal = fx.locks.list("jobs*", 100).await.expect("list");
+    assert_eq!(literal.locks.len(), 1, "{:?}", literal.locks);
+    let limited = fx.locks.list("", 2).await.expect("list");
+    assert_eq!(limited.locks.len(), 2);
+    assert!(limited.truncated);
+    assert!(matches!(
+        fx.locks.list("", 0).await,
+        Err(Error::InvalidInput { field: "limit", .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_reports_masters_replicas_sentinels_and_admission() {
+    let mut fx = sentinel_lab().await;
+    let health = fx.locks.health().await;
+    assert!(health.quorum_available);
+    assert_eq!(health.voting, 5);
+    for group in &health.groups {
+        assert!(group.reachable, "{group:?}");
+        assert_eq!(group.role.as_deref(), Some("master"), "{group:?}");
+        assert_eq!(group.replicas.len(), 1, "{group:?}");
+        assert_eq!(group.sentinels.len(), 3, "{group:?}");
+        assert_eq!(group.sentinels_agree, Some(true), "{group:?}");
+        assert_eq!(group.admission, quorumlock::Admission::Voting, "{group:?}");
+    }
+    fx.lab.kill(4).await.expect("kill");
+    let health = fx.locks.health().await;
+    assert!(!health.groups[4].reachable);
+    assert_eq!(health.voting, 4);
+    assert!(health.quorum_available);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
+    let fx = sentinel_lab().await;
+    let stuck = fx
+        .locks
+        .acquire("stuck")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let (_, _, stuck_fence) = stuck.detach();
+    let cleared = fx
+        .locks
+        .force_release("stuck")
+        .await
+        .expect("force release");
+    assert!(cleared.released);
+    assert!(cleared.groups_released >= 3);
+    let next = fx.locks.acquire("stuck").await.expect("free again");
+    assert!(next.fencing_token() > stuck_fence);
+    next.release().await.expect("release");
+    assert!(
+        !fx.locks
+            .force_release("stuck")
+            .await
+            .expect("nothing to clear")
+            .released
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
+    // Retries are 10 s apart: only the release announcement can wake the waiter sooner.
+    let fx = common::fixture(
+        |spec| spec,
+        |mut topology| {
+            topology.retry_delay_ms = 10_000;
+            topology
+        },
+    )
+    .await;
+    let holder = fx
+        .locks
+        .acquire("wake")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("holder");
+    let locks = fx.locks.clone();
+    let waiter =
+        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await });
+
+    // The waiter was denied and subscribed once its subscription shows on a master.
+    let master = fx.master(0).await;
+    let channel = "ql:{wake}:released";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let counts: Vec<fred::types::Value> = master
+            .custom(
+                fred::types::CustomCommand::new_static("PUBSUB", None, false),
+                vec!["NUMSUB", channel],
+            )
+            .await
+            .expect("PUBSUB NUMSUB");
+        if counts
+            .get(1)
+            .and_then(fred::types::Value::as_i64)
+            .unwrap_or(0)
+            > 0
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never subscribed");
+        tokio::task::yield_now().await;
+    }
+    let released_at = Instant::now();
+    holder.release().await.expect("release");
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
+    assert!(lease.attempts() >= 2, "the waiter was never denied");
+    assert!(
+        woke_after < Duration::from_secs(2),
+        "woke {woke_after:?} after the release: it polled"
+    );
+    lease.release().await.expect("release");
 }

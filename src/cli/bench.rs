@@ -11,7 +11,9 @@ use crate::lab::{Lab, LabSpec};
 use crate::lock::Locks;
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it.\n\nExample:\n  quorumlock bench --samples 5000 --phase-secs 5 --json")]
+#[command(
+    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it.\n\nExample:\n  quorumlock bench --samples 5000 --phase-secs 5 --json"
+)]
 pub struct BenchArgs {
     /// Sequential acquire+release cycles for the latency percentiles.
     #[arg(long, default_value_t = 2000)]
@@ -25,9 +27,6 @@ pub struct BenchArgs {
     /// Workers contending for one resource.
     #[arg(long, default_value_t = 16)]
     contenders: usize,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
@@ -42,25 +41,41 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
         Some(topology) => (topology, None),
         None => {
             let dir = tempfile::tempdir()?;
-            eprintln!("no topology configured: starting a temporary lab in {}", dir.path().display());
+            eprintln!(
+                "no topology configured: starting a temporary lab in {}",
+                dir.path().display()
+            );
             let lab = Lab::start(LabSpec::new(dir.path())).await?;
             (lab.topology(), Some((lab, dir)))
         }
     };
     let locks = Locks::connect(topology).await?;
-    let report = run_bench(&locks, &options, |phase| eprintln!("running: {phase}")).await?;
+    // A spinner on stderr (drawn only on a terminal) shows which phase is running.
+    let progress = indicatif::ProgressBar::new_spinner().with_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    progress.enable_steady_tick(Duration::from_millis(100));
+    let report = run_bench(&locks, &options, |phase| {
+        progress.set_message(phase.to_string())
+    })
+    .await;
+    progress.finish_and_clear();
+    let report = report?;
     locks.close().await;
     if let Some((lab, _dir)) = temporary {
         lab.stop().await?;
     }
-    if args.json {
+    if cli.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", report.table());
     }
-    Ok(if report.contention.overlaps == 0 && report.contention.fencing_regressions == 0 {
-        exit::OK
-    } else {
-        exit::FAILURE
-    })
+    Ok(
+        if report.contention.overlaps == 0 && report.contention.fencing_regressions == 0 {
+            exit::OK
+        } else {
+            exit::FAILURE
+        },
+    )
 }

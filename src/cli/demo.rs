@@ -14,9 +14,13 @@ use crate::error::Error;
 use crate::lab::{Lab, LabSpec};
 use crate::lock::Locks;
 use crate::quorum::Vote;
+use crate::sentinel::Failover;
+use tokio::sync::broadcast;
 
 /// Group whose master the demo kills (0-based: g2).
 const VICTIM: usize = 1;
+/// The demo's max TTL, and so the quarantine of the promoted replica.
+const QUARANTINE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
@@ -34,6 +38,8 @@ pub struct DemoArgs {
 #[derive(Default)]
 struct Counters {
     acquired: AtomicU64,
+    /// Acquisitions that found the resource held and waited for it.
+    waited: AtomicU64,
     held_elsewhere: AtomicU64,
     unavailable: AtomicU64,
     /// Milliseconds after the start when the victim group first granted again after the kill.
@@ -59,7 +65,11 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
 }
 
 async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
-    let locks = Locks::connect(lab.topology()).await?;
+    let mut topology = lab.topology();
+    // A short max TTL keeps the promoted replica's quarantine visible within the run.
+    topology.max_ttl_ms = QUARANTINE.as_millis() as u64;
+    let locks = Locks::connect(topology).await?;
+    let mut failovers = locks.failovers();
     let checker = Arc::new(Checker::new());
     let counters = Arc::new(Counters::default());
     let start = Instant::now();
@@ -75,7 +85,12 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
     let killed_at_ms = Arc::new(AtomicU64::new(u64::MAX));
     let workers: Vec<_> = (0..args.workers)
         .map(|worker| {
-            let context = (locks.clone(), checker.clone(), counters.clone(), killed_at_ms.clone());
+            let context = (
+                locks.clone(),
+                checker.clone(),
+                counters.clone(),
+                killed_at_ms.clone(),
+            );
             tokio::spawn(work(worker, args.resources, deadline, start, context))
         })
         .collect();
@@ -91,13 +106,22 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
         victim.pid,
         victim.port
     );
-    let promoted = watch_failover(&lab, victim.port, start, deadline).await;
-    match &promoted {
-        Some((port, at)) => println!(
-            "t={:>5.1}s  Sentinel promoted the replica on port {port} ({} ms after the kill)",
-            at.as_secs_f64(),
-            at.as_millis() as u64 - kill_ms
-        ),
+    match watch_failover(&mut failovers, deadline).await {
+        Some(failover) => {
+            let at = failover.announced_at - start;
+            println!(
+                "t={:>5.1}s  Sentinel promoted {} ({} ms after the kill); g{} reconnected {} ms later",
+                at.as_secs_f64(),
+                failover.master,
+                at.as_millis() as u64 - kill_ms,
+                VICTIM + 1,
+                (failover.reconnected_at - failover.announced_at).as_millis()
+            );
+            println!(
+                "           the promoted replica sits out the vote for {} s: it may have missed the last grants",
+                QUARANTINE.as_secs()
+            );
+        }
         None => println!("           no failover seen before the end of the run"),
     }
     for worker in workers {
@@ -108,14 +132,32 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
     let back = counters.victim_back_at_ms.load(Ordering::SeqCst);
     println!("\nsummary");
     println!("  acquisitions              {}", verdict.holds);
-    println!("  denied (held by another)  {}", counters.held_elsewhere.load(Ordering::SeqCst));
-    println!("  quorum unavailable        {}", counters.unavailable.load(Ordering::SeqCst));
+    println!(
+        "  waited for another holder {}",
+        counters.waited.load(Ordering::SeqCst)
+    );
+    println!(
+        "  gave up (held too long)   {}",
+        counters.held_elsewhere.load(Ordering::SeqCst)
+    );
+    println!(
+        "  quorum unavailable        {}",
+        counters.unavailable.load(Ordering::SeqCst)
+    );
     if back != 0 {
-        println!("  g{} voting again          {} ms after the kill", VICTIM + 1, back - kill_ms);
+        println!(
+            "  g{} voting again          {} ms after the kill",
+            VICTIM + 1,
+            back - kill_ms
+        );
     }
     println!(
         "  fencing tokens monotonic  {}",
-        if verdict.fencing_regressions == 0 { "yes".to_string() } else { format!("NO ({} regressions)", verdict.fencing_regressions) }
+        if verdict.fencing_regressions == 0 {
+            "yes".to_string()
+        } else {
+            format!("NO ({} regressions)", verdict.fencing_regressions)
+        }
     );
     println!("  overlapping holders       {}", verdict.overlaps);
     lab.stop().await?;
@@ -150,20 +192,25 @@ async fn work(
                 let acquired_at = Instant::now();
                 let now_ms = start.elapsed().as_millis() as u64;
                 if now_ms > killed_at_ms.load(Ordering::SeqCst)
-                    && lease.votes().get(VICTIM).is_some_and(|v| v.vote == Vote::Granted)
+                    && lease
+                        .votes()
+                        .get(VICTIM)
+                        .is_some_and(|v| v.vote == Vote::Granted)
                 {
-                    let _ = counters.victim_back_at_ms.compare_exchange(0, now_ms, Ordering::SeqCst, Ordering::SeqCst);
+                    let _ = counters.victim_back_at_ms.compare_exchange(
+                        0,
+                        now_ms,
+                        Ordering::SeqCst,
+                        Ordering::SeqCst,
+                    );
                 }
                 let work = Duration::from_millis(rand::thread_rng().gen_range(2..10));
                 tokio::time::sleep(work).await;
-                checker.record(Hold {
-                    resource,
-                    fencing_token: lease.fencing_token(),
-                    acquired_at,
-                    valid_until: lease.valid_until(),
-                    released_at: Instant::now(),
-                });
+                checker.record(Hold::ending_now(&lease, acquired_at));
                 counters.acquired.fetch_add(1, Ordering::Relaxed);
+                if lease.attempts() > 1 {
+                    counters.waited.fetch_add(1, Ordering::Relaxed);
+                }
                 let _ = lease.release().await;
             }
             Err(Error::Held { .. }) => {
@@ -176,15 +223,24 @@ async fn work(
     }
 }
 
-/// Asks the Sentinels for the victim group's master until it is no longer the killed one.
-async fn watch_failover(lab: &Lab, killed_port: u16, start: Instant, deadline: Instant) -> Option<(u16, Duration)> {
-    while Instant::now() < deadline {
-        if let Ok(node) = lab.master_of(VICTIM).await {
-            if node.port != killed_port {
-                return Some((node.port, start.elapsed()));
+/// Waits for Sentinel's announcement that the victim group has a new master.
+async fn watch_failover(
+    failovers: &mut broadcast::Receiver<Failover>,
+    deadline: Instant,
+) -> Option<Failover> {
+    let wait = deadline.saturating_duration_since(Instant::now());
+    tokio::time::timeout(wait, async {
+        loop {
+            match failovers.recv().await {
+                Ok(failover) if failover.group == format!("g{}", VICTIM + 1) => {
+                    return Some(failover);
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
             }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
+    })
+    .await
+    .ok()
+    .flatten()
 }

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use clap::Subcommand;
 
+use super::output;
 use crate::error::Error;
 use crate::lab::{Lab, LabSpec, NodeStatus};
 
@@ -44,12 +45,8 @@ pub enum LabCommand {
     /// Show every process: group, kind, port, PID, state and current role.
     #[command(after_help = "Examples:
   quorumlock lab status
-  quorumlock lab status --json | jq '.nodes[] | select(.role == \"master\") | .port'")]
-    Status {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+  quorumlock --json lab status | jq '.nodes[] | select(.role == \"master\") | .port'")]
+    Status,
     /// SIGKILL the current master of GROUP; Sentinel promotes its replica.
     #[command(after_help = "Example:
   quorumlock lab kill 3        # kill g3's master, then watch `quorumlock lab status`
@@ -79,7 +76,7 @@ pub enum LabCommand {
 }
 
 /// Runs one `lab` subcommand against the lab in `dir`.
-pub async fn run(command: LabCommand, dir: &Path) -> anyhow::Result<()> {
+pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<()> {
     match command {
         LabCommand::Up {
             base_port,
@@ -108,7 +105,7 @@ pub async fn run(command: LabCommand, dir: &Path) -> anyhow::Result<()> {
             println!("lab in {shown} stopped ({count} processes)");
             Ok(())
         }
-        LabCommand::Status { json } => status(&Lab::open(dir)?, json).await,
+        LabCommand::Status => status(&Lab::open(dir)?, json).await,
         LabCommand::Kill { group } => {
             let mut lab = Lab::open(dir)?;
             let node = lab.kill(group_index(&lab, group)?).await?;
@@ -227,9 +224,9 @@ fn group_index(lab: &Lab, group: usize) -> Result<usize, Error> {
 }
 
 fn table(nodes: &[NodeStatus]) -> String {
-    let header = ["GROUP", "KIND", "PORT", "PID", "STATE", "ROLE"].map(String::from);
-    let rows: Vec<[String; 6]> = std::iter::once(header)
-        .chain(nodes.iter().map(|node| {
+    output::table(
+        ["GROUP", "KIND", "PORT", "PID", "STATE", "ROLE"],
+        nodes.iter().map(|node| {
             let state = match (node.alive, node.frozen) {
                 (false, _) => "dead",
                 (true, true) => "frozen",
@@ -249,23 +246,6 @@ fn table(nodes: &[NodeStatus]) -> String {
                 state.to_string(),
                 role,
             ]
-        }))
-        .collect();
-    let mut widths = [0; 6];
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
-    out
+        }),
+    )
 }

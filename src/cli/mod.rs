@@ -2,8 +2,12 @@
 //! module per command family. `main.rs` only calls [`main`].
 
 mod bench;
+mod chaos;
 mod demo;
+mod health;
 pub mod lab;
+mod locks;
+mod output;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
@@ -51,11 +55,19 @@ pub struct Cli {
     #[arg(long, global = true, conflicts_with = "config")]
     lab: bool,
     /// Where `lab up` keeps its processes' files and config.
-    #[arg(long, global = true, env = "QUORUMLOCK_LAB_DIR", default_value = ".quorumlock/lab")]
+    #[arg(
+        long,
+        global = true,
+        env = "QUORUMLOCK_LAB_DIR",
+        default_value = ".quorumlock/lab"
+    )]
     lab_dir: PathBuf,
     /// Override the per-call timeout of the topology, in milliseconds.
     #[arg(long, global = true)]
     call_timeout_ms: Option<u64>,
+    /// Print JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,6 +81,32 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measure acquire latency and lock throughput against a topology.
     Bench(bench::BenchArgs),
+    /// Kill, freeze and restart masters while workers contend; check that the lock held.
+    Chaos(chaos::ChaosArgs),
+    /// Show one lock as every group sees it, and the quorum's verdict (advisory).
+    Status(locks::StatusArgs),
+    /// List current locks, their owners and time left.
+    List(locks::ListArgs),
+    /// Acquire a lock; print its token, or hold it (renewed) until Ctrl-C with --hold.
+    Acquire(locks::AcquireArgs),
+    /// Release a lock you hold, by token.
+    Release(locks::ReleaseArgs),
+    /// Renew a lock you hold, by token.
+    Extend(locks::ExtendArgs),
+    /// Delete a lock whoever holds it (admins: clears a stuck lock).
+    ForceRelease(locks::ForceReleaseArgs),
+    /// Each group's state: master, Sentinels, replicas and lag, latency, quarantine.
+    Health,
+    /// A live view of one lock, or of all locks, refreshed until Ctrl-C.
+    Watch(locks::WatchArgs),
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Example:\n  quorumlock completions bash > /etc/bash_completion.d/quorumlock"
+    )]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
     /// Serve the lock tools to AI agents over MCP (stdio, or streamable HTTP with --http).
     Serve(serve::ServeArgs),
 }
@@ -77,7 +115,10 @@ enum Command {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");
@@ -95,24 +136,48 @@ pub fn main() -> ExitCode {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fred=error"));
     // Logs go to stderr so that stdout stays machine-readable (tables, JSON, MCP on stdio).
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let json = cli.json;
     match &cli.command {
-        Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir).await.map(|()| exit::OK),
+        Command::Lab(command) => lab::run(command.clone(), &cli.lab_dir, json)
+            .await
+            .map(|()| exit::OK),
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args, &cli).await,
-        Command::Serve(args) => {
-            let topology = cli.topology()?.ok_or_else(|| {
-                anyhow::anyhow!("no topology: pass --config FILE, set QUORUMLOCK_CONFIG, or start a lab with `quorumlock lab up`")
-            })?;
-            serve::run(args, topology).await
+        Command::Chaos(args) => chaos::run(args, cli.lab, &cli.lab_dir, json).await,
+        Command::Completions { shell } => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut command, "quorumlock", &mut std::io::stdout());
+            Ok(exit::OK)
         }
+        Command::Status(args) => locks::status(&cli.connect().await?, args, json).await,
+        Command::List(args) => locks::list(&cli.connect().await?, args, json).await,
+        Command::Acquire(args) => locks::acquire(&cli.connect().await?, args, json).await,
+        Command::Release(args) => locks::release(&cli.connect().await?, args, json).await,
+        Command::Extend(args) => locks::extend(&cli.connect().await?, args, json).await,
+        Command::ForceRelease(args) => {
+            locks::force_release(&cli.connect().await?, args, json).await
+        }
+        Command::Health => health::run(&cli.connect().await?, json).await,
+        Command::Watch(args) => locks::watch(&cli.connect().await?, args, json).await,
+        Command::Serve(args) => serve::run(args, cli.topology()?.ok_or(NoTopology)?).await,
     }
 }
+
+/// No topology could be found; the message says where one can come from.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no topology configured: pass --config FILE, set QUORUMLOCK_CONFIG, put a quorumlock.toml here, or start a local lab with `quorumlock lab up`"
+)]
+struct NoTopology;
 
 /// Maps an error to the documented exit code.
 fn exit_code(error: &anyhow::Error) -> u8 {
@@ -121,12 +186,22 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         Some(Error::Unavailable { .. } | Error::Expired { .. }) => exit::UNAVAILABLE,
         Some(Error::InvalidInput { .. } | Error::Config(_)) => exit::USAGE,
         Some(Error::Setup { .. }) => exit::FAILURE,
-        None if error.downcast_ref::<crate::config::ConfigError>().is_some() => exit::USAGE,
+        None if error.downcast_ref::<crate::config::ConfigError>().is_some()
+            || error.downcast_ref::<NoTopology>().is_some() =>
+        {
+            exit::USAGE
+        }
         None => exit::FAILURE,
     }
 }
 
 impl Cli {
+    /// Connects to the configured topology.
+    async fn connect(&self) -> anyhow::Result<crate::lock::Locks> {
+        let topology = self.topology()?.ok_or(NoTopology)?;
+        Ok(crate::lock::Locks::connect(topology).await?)
+    }
+
     /// The topology for commands that talk to groups: --config, --lab, ./quorumlock.toml,
     /// or the running lab, in that order; then --call-timeout-ms.
     fn topology(&self) -> anyhow::Result<Option<Topology>> {

@@ -42,8 +42,10 @@ pub struct ServeArgs {
     #[arg(long, env = "QUORUMLOCK_MCP_MIN_TTL_MS", default_value_t = 5_000)]
     min_ttl_ms: u64,
     /// Longest ttl_ms agents may ask for (use keepalive for longer work).
-    #[arg(long, env = "QUORUMLOCK_MCP_MAX_TTL_MS", default_value_t = 3_600_000)]
-    max_ttl_ms: u64,
+    /// Default: the topology's max_ttl_ms (60000 unless configured), which is also the most
+    /// this may be.
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_TTL_MS")]
+    max_ttl_ms: Option<u64>,
     /// How long a keepalive lease may be renewed before the server releases it. Default: the
     /// topology's max_hold_ms (1 hour unless configured or set by QUORUMLOCK_MAX_HOLD_MS).
     #[arg(long)]
@@ -66,9 +68,9 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
     }
     let limits = Limits {
         min_ttl: Duration::from_millis(args.min_ttl_ms),
-        max_ttl: Duration::from_millis(args.max_ttl_ms),
+        max_ttl: Duration::from_millis(args.max_ttl_ms.unwrap_or(topology.max_ttl_ms)),
     };
-    limits.validate()?;
+    limits.validate(topology.max_ttl())?;
     if args.bench {
         return run_bench(args, &topology).await;
     }

@@ -301,6 +301,8 @@ pub struct ClusterHealthResult {
     pub needed: usize,
     /// Groups that answered.
     pub reachable: usize,
+    /// Groups that answered and take part in the vote (not quarantined).
+    pub voting: usize,
     pub groups: Vec<GroupHealthView>,
 }
 
@@ -308,14 +310,27 @@ pub struct ClusterHealthResult {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct GroupHealthView {
     pub group: String,
-    /// `host:port` of the group's master, when this server knows it (groups configured by
-    /// address; Sentinel groups do not report it yet).
+    /// `host:port` of the master this server talks to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master: Option<String>,
     pub reachable: bool,
     /// Round trip of a PING, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_ms: Option<f64>,
+    /// `master` (or `slave` while a failover settles), as the node reports itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// The master's replicas and how far behind each is.
+    pub replicas: Vec<crate::health::ReplicaView>,
+    /// Whether every Sentinel names the master this server uses (absent without Sentinel).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinels_agree: Option<bool>,
+    /// `voting`; `quarantined` (a new master sits out until every lease it may have missed
+    /// expired); `new` (quarantined at its first vote); or `unknown`.
+    pub vote: String,
+    /// Time left in quarantine, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantine_remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -362,6 +377,10 @@ impl From<&GroupVote> for GroupVoteView {
             Vote::Error { message } => {
                 view.message = Some(message.clone());
                 "error"
+            }
+            Vote::Quarantined { remaining_ms } => {
+                view.remaining_ms = Some(*remaining_ms);
+                "quarantined"
             }
             Vote::NotAwaited => "not_awaited",
         }

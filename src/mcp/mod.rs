@@ -43,14 +43,14 @@ pub use http::{HttpOptions, serve_http};
 pub use metrics::Metrics;
 pub use stdio::{StdioEnd, serve_stdio};
 
-use crate::lock::{Locks, MAX_TTL, MIN_TTL};
+use crate::lock::{Locks, MIN_TTL};
 
 /// The line `serve --http` prints on stderr once it listens, followed by the endpoint URL.
 pub const LISTENING_PREFIX: &str = "quorumlock mcp listening on ";
 /// Default shortest TTL an agent may ask for: a margin against clock drift and process pauses.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
-/// Default longest TTL an agent may ask for.
-pub const DEFAULT_MAX_TTL: Duration = Duration::from_secs(3600);
+/// Default longest TTL an agent may ask for (the topology's default `max_ttl_ms`).
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_millis(crate::config::DEFAULT_MAX_TTL_MS);
 /// Longest `wait_ms` accepted: a tool call that blocks longer than this outlives most HTTP
 /// proxies' timeouts and leaves the agent unable to act.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -77,16 +77,18 @@ impl Default for Limits {
 }
 
 impl Limits {
-    /// Checks that the bounds are ordered and inside what the engine accepts.
-    pub fn validate(&self) -> Result<(), ServeError> {
+    /// Checks that the bounds are ordered and inside what the engine accepts: at most the
+    /// topology's `max_ttl_ms`, which is also how long a new master sits out of the vote.
+    pub fn validate(&self, topology_max_ttl: Duration) -> Result<(), ServeError> {
         let millis = |d: Duration| d.as_millis();
-        if self.min_ttl < MIN_TTL || self.max_ttl > MAX_TTL || self.min_ttl > self.max_ttl {
+        if self.min_ttl < MIN_TTL || self.max_ttl > topology_max_ttl || self.min_ttl > self.max_ttl
+        {
             return Err(ServeError::Limits(format!(
-                "min_ttl_ms ({}) and max_ttl_ms ({}) must satisfy {} <= min_ttl_ms <= max_ttl_ms <= {}",
+                "min_ttl_ms ({}) and max_ttl_ms ({}) must satisfy {} <= min_ttl_ms <= max_ttl_ms <= {} (the topology's max_ttl_ms)",
                 millis(self.min_ttl),
                 millis(self.max_ttl),
                 millis(MIN_TTL),
-                millis(MAX_TTL)
+                millis(topology_max_ttl)
             )));
         }
         Ok(())
@@ -134,7 +136,7 @@ pub struct McpServer {
 impl McpServer {
     /// A server over connected `locks`.
     pub fn new(locks: Locks, limits: Limits) -> Result<McpServer, ServeError> {
-        limits.validate()?;
+        limits.validate(locks.topology().max_ttl())?;
         Ok(McpServer {
             shared: Arc::new(handler::Shared::new(locks, limits)),
         })

@@ -11,6 +11,8 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 
+use crate::health::Admission;
+
 use super::arguments::{self, decode};
 use super::contract::{
     AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
@@ -20,7 +22,6 @@ use super::contract::{
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
-use crate::config::Endpoint;
 use crate::error::Error;
 use crate::lock::AcquireOptions;
 
@@ -415,7 +416,6 @@ impl LockServer {
         let _: ClusterHealthArgs = decode(arguments)?;
         let shared = self.shared();
         let health = shared.locks.health().await;
-        let topology = shared.locks.topology();
         let groups: Vec<GroupHealthView> = health
             .groups
             .into_iter()
@@ -423,20 +423,22 @@ impl LockServer {
                 if !group.reachable {
                     shared.metrics.group_error(&group.group);
                 }
-                let master = topology
-                    .groups
-                    .iter()
-                    .enumerate()
-                    .find(|(_, config)| config.name == group.group)
-                    .and_then(|(index, config)| match config.endpoint_at(index) {
-                        Ok(Endpoint::Direct { host, port }) => Some(format!("{host}:{port}")),
-                        _ => None,
-                    });
+                let (vote, quarantine_remaining_ms) = match group.admission {
+                    Admission::Voting => ("voting", None),
+                    Admission::Quarantined { remaining_ms } => ("quarantined", Some(remaining_ms)),
+                    Admission::Unadmitted => ("new", None),
+                    Admission::Unknown => ("unknown", None),
+                };
                 GroupHealthView {
                     group: group.group,
-                    master,
+                    master: group.master,
                     reachable: group.reachable,
                     latency_ms: group.latency_ms,
+                    role: group.role,
+                    replicas: group.replicas,
+                    sentinels_agree: group.sentinels_agree,
+                    vote: vote.to_string(),
+                    quarantine_remaining_ms,
                     error: group.error,
                 }
             })
@@ -449,7 +451,8 @@ impl LockServer {
             .collect();
         let summary = if health.quorum_available {
             format!(
-                "quorum available: {reachable} of {} groups reachable ({} needed){}",
+                "quorum available: {} of {} groups vote ({} needed){}",
+                health.voting,
                 groups.len(),
                 health.quorum,
                 if unreachable.is_empty() {
@@ -460,7 +463,8 @@ impl LockServer {
             )
         } else {
             format!(
-                "NO quorum: only {reachable} of {} groups reachable ({} needed); unreachable: {}. Locks cannot be granted until they are back",
+                "NO quorum: only {} of {} groups vote ({} needed); unreachable: {}. Locks cannot be granted until they are back",
+                health.voting,
                 groups.len(),
                 health.quorum,
                 unreachable.join(", ")
@@ -472,6 +476,7 @@ impl LockServer {
                 quorum_available: health.quorum_available,
                 needed: health.quorum,
                 reachable,
+                voting: health.voting,
                 groups,
             },
         )

@@ -35,9 +35,14 @@ pub async fn plain_lab() -> Fixture {
     .await
 }
 
-pub async fn fixture(spec: impl FnOnce(LabSpec) -> LabSpec, tune: impl FnOnce(Topology) -> Topology) -> Fixture {
+pub async fn fixture(
+    spec: impl FnOnce(LabSpec) -> LabSpec,
+    tune: impl FnOnce(Topology) -> Topology,
+) -> Fixture {
     let dir = tempfile::tempdir().expect("temp dir");
-    let lab = Lab::start(spec(LabSpec::new(dir.path()))).await.expect("lab starts");
+    let lab = Lab::start(spec(LabSpec::new(dir.path())))
+        .await
+        .expect("lab starts");
     let topology = tune(lab.topology());
     let locks = Locks::connect(topology.clone()).await.expect("connect");
     Fixture {

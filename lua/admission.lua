@@ -1,0 +1,22 @@
+-- Prologue of the scripts that vote (acquire, extend). A master may vote only once its current
+-- replication history has been known for one maximum TTL. A promoted replica, or a master
+-- restarted without its data, starts a new history (a new master_replid), so it sits out until
+-- every lease it may have missed has expired: the "delayed restart" rule, read from the server
+-- itself, so it holds for clients that start after the failover too. The marker is written
+-- without replication, so a replica never inherits its master's admission.
+-- Uses the last KEYS entry (the marker) and the last ARGV entry (the quarantine in ms).
+local function quarantine_left()
+  local marker = KEYS[#KEYS]
+  local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local admitted = redis.call('HMGET', marker, 'history', 'vote_from')
+  if admitted[1] ~= history then
+    local quarantine = tonumber(ARGV[#ARGV])
+    redis.set_repl(redis.REPL_NONE)
+    redis.call('HSET', marker, 'history', history, 'vote_from', now + quarantine)
+    redis.set_repl(redis.REPL_ALL)
+    return quarantine
+  end
+  return tonumber(admitted[2]) - now
+end

@@ -1,0 +1,92 @@
+//! `quorumlock chaos`: contending workers while masters are killed, frozen and restarted;
+//! prints what happened and exits non-zero on any safety violation.
+
+use std::time::Duration;
+
+use clap::Args;
+
+use super::exit;
+use crate::chaos::{ChaosOptions, Fault, run as run_chaos};
+use crate::lab::{Lab, LabSpec};
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Starts a temporary lab (5 groups with replicas, 3 Sentinels) unless --lab is given.\n\nExample:\n  quorumlock chaos --duration 600 --workers 8 --resources 3 --faults kill,freeze,restart,pause"
+)]
+pub struct ChaosArgs {
+    /// Seconds to run.
+    #[arg(long, default_value_t = 60)]
+    duration: u64,
+    /// Contending workers.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Resources they contend for.
+    #[arg(long, default_value_t = 3)]
+    resources: usize,
+    /// Faults to inject, comma-separated: kill, freeze, restart, pause.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "kill,freeze,restart,pause"
+    )]
+    faults: Vec<Fault>,
+    /// Lease TTL in milliseconds (also how long a fresh master sits out of the vote).
+    #[arg(long, default_value_t = 1000)]
+    ttl_ms: u64,
+    /// Milliseconds between two fault decisions.
+    #[arg(long, default_value_t = 1500)]
+    fault_every_ms: u64,
+}
+
+pub async fn run(
+    args: &ChaosArgs,
+    use_running_lab: bool,
+    lab_dir: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<u8> {
+    if args.workers == 0 || args.resources == 0 || args.duration == 0 {
+        anyhow::bail!("--workers, --resources and --duration must be above 0");
+    }
+    let options = ChaosOptions {
+        duration: Duration::from_secs(args.duration),
+        workers: args.workers,
+        resources: args.resources,
+        faults: args.faults.clone(),
+        ttl: Duration::from_millis(args.ttl_ms),
+        fault_every: Duration::from_millis(args.fault_every_ms),
+        ..ChaosOptions::default()
+    };
+    let temporary = if use_running_lab {
+        None
+    } else {
+        Some(tempfile::tempdir()?)
+    };
+    let mut lab = match &temporary {
+        Some(dir) => {
+            eprintln!("starting a temporary lab in {}", dir.path().display());
+            Lab::start(LabSpec::new(dir.path())).await?
+        }
+        None => Lab::open(lab_dir)?,
+    };
+    eprintln!(
+        "chaos: {} workers, {} resources, {} s, faults {:?}",
+        args.workers, args.resources, args.duration, args.faults
+    );
+    let report = tokio::select! {
+        report = run_chaos(&mut lab, &options) => report?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+    };
+    if temporary.is_some() {
+        lab.stop().await?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    Ok(if report.is_safe() {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
+}

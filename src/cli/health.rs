@@ -1,0 +1,96 @@
+//! `quorumlock health`: every group's reachability, master, Sentinels, replicas and
+//! admission, and whether a quorum can vote.
+
+use super::exit;
+use super::output::{self, or_dash};
+use crate::health::{Admission, Health};
+use crate::lock::Locks;
+
+fn admission(admission: &Admission) -> String {
+    match admission {
+        Admission::Voting => "voting".into(),
+        Admission::Quarantined { remaining_ms } => {
+            format!("quarantined {}", output::duration_ms(*remaining_ms))
+        }
+        Admission::Unadmitted => "new (quarantined at first vote)".into(),
+        Admission::Unknown => "unknown".into(),
+    }
+}
+
+fn table(health: &Health) -> String {
+    let rows = health.groups.iter().map(|g| {
+        let replicas = g
+            .replicas
+            .iter()
+            .map(|r| format!("{} {} lag {}s", r.address, r.state, or_dash(r.lag_s)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sentinels = match g.sentinels_agree {
+            None => "-".to_string(),
+            Some(agree) => {
+                let answered = g.sentinels.iter().filter(|s| s.master.is_some()).count();
+                format!(
+                    "{answered}/{} {}",
+                    g.sentinels.len(),
+                    if agree { "agree" } else { "DISAGREE" }
+                )
+            }
+        };
+        [
+            g.group.clone(),
+            if g.reachable {
+                "up".into()
+            } else {
+                format!("DOWN ({})", or_dash(g.error.as_ref()))
+            },
+            or_dash(g.latency_ms.map(|ms| format!("{ms:.2} ms"))),
+            or_dash(g.master.as_ref()),
+            or_dash(g.role.as_ref()),
+            if replicas.is_empty() {
+                "-".into()
+            } else {
+                replicas
+            },
+            sentinels,
+            admission(&g.admission),
+        ]
+    });
+    format!(
+        "{}\n{}: {} of {} groups vote (quorum {})\n",
+        output::table(
+            [
+                "GROUP",
+                "STATE",
+                "LATENCY",
+                "MASTER",
+                "ROLE",
+                "REPLICAS",
+                "SENTINELS",
+                "VOTE"
+            ],
+            rows
+        ),
+        if health.quorum_available {
+            "quorum available"
+        } else {
+            "QUORUM UNAVAILABLE"
+        },
+        health.voting,
+        health.groups.len(),
+        health.quorum
+    )
+}
+
+pub async fn run(locks: &Locks, json: bool) -> anyhow::Result<u8> {
+    let health = locks.health().await;
+    if json {
+        output::json(&health)?;
+    } else {
+        print!("{}", table(&health));
+    }
+    Ok(if health.quorum_available {
+        exit::OK
+    } else {
+        exit::UNAVAILABLE
+    })
+}

@@ -1,0 +1,395 @@
+//! The lock commands for people: status, list, acquire (optionally held until Ctrl-C),
+//! release, extend, force-release and a live watch.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use super::exit;
+use super::output::{self, duration_ms, or_dash};
+use crate::error::Error;
+use crate::inspect::LockStatus;
+use crate::lease::LeaseEnd;
+use crate::lock::{Locks, Released};
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  quorumlock status db:migrations\n  quorumlock --json status db:migrations | jq .fencing_token"
+)]
+pub struct StatusArgs {
+    /// The lock's resource name.
+    resource: String,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Examples:\n  quorumlock list\n  quorumlock list jobs: --limit 20")]
+pub struct ListArgs {
+    /// Only resources whose name starts with this.
+    #[arg(default_value = "")]
+    prefix: String,
+    /// At most this many locks.
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  quorumlock acquire db:migrations --ttl-ms 30000 --purpose \"migration 42\"   # prints the token\n  quorumlock acquire deploy --hold        # keep it (renewed) until Ctrl-C, then release it"
+)]
+pub struct AcquireArgs {
+    /// The resource to lock.
+    resource: String,
+    /// Lease TTL in milliseconds.
+    #[arg(long, default_value_t = 15_000)]
+    ttl_ms: u64,
+    /// Keep trying this many milliseconds while it is held elsewhere.
+    #[arg(long, default_value_t = 0)]
+    wait_ms: u64,
+    /// Who holds it (default: $USER@host).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Why.
+    #[arg(long)]
+    purpose: Option<String>,
+    /// Keep the lock, renewing it, until Ctrl-C or SIGTERM; then release it.
+    #[arg(long)]
+    hold: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = "Example:\n  quorumlock release db:migrations --token 3f2a...")]
+pub struct ReleaseArgs {
+    resource: String,
+    /// The token `acquire` printed.
+    #[arg(long)]
+    token: String,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Example:\n  quorumlock extend db:migrations --token 3f2a... --ttl-ms 30000"
+)]
+pub struct ExtendArgs {
+    resource: String,
+    /// The token `acquire` printed.
+    #[arg(long)]
+    token: String,
+    /// New TTL in milliseconds, counted from now.
+    #[arg(long, default_value_t = 15_000)]
+    ttl_ms: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Deletes the lock on every group whoever holds it; the holder is not told. Its fencing\ntoken stays below every later holder's, so fenced storage still rejects its late writes.\n\nExample:\n  quorumlock force-release stuck:job --yes"
+)]
+pub struct ForceReleaseArgs {
+    resource: String,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  quorumlock watch db:migrations\n  quorumlock watch --all --interval-ms 1000"
+)]
+pub struct WatchArgs {
+    /// The lock to watch.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    resource: Option<String>,
+    /// Watch every current lock instead.
+    #[arg(long)]
+    all: bool,
+    /// Refresh interval in milliseconds.
+    #[arg(long, default_value_t = 500)]
+    interval_ms: u64,
+}
+
+fn who_am_i() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+fn status_table(status: &LockStatus, quorum: usize) -> String {
+    let agreeing = status.groups.iter().filter(|g| g.state == "held").count();
+    let verdict = match &status.holder {
+        Some(holder) if status.held => format!(
+            "HELD by {}{}, {} left, fencing token {} ({agreeing} of {} groups hold it; quorum {quorum})",
+            holder.owner.as_deref().unwrap_or("an unnamed owner"),
+            holder
+                .purpose
+                .as_deref()
+                .map(|p| format!(" ({p})"))
+                .unwrap_or_default(),
+            duration_ms(holder.remaining_ms),
+            or_dash(status.fencing_token),
+            status.groups.len()
+        ),
+        _ => format!("FREE (no token holds a majority; quorum {quorum})"),
+    };
+    let rows = status.groups.iter().map(|g| {
+        [
+            g.group.clone(),
+            g.state.clone(),
+            or_dash(g.owner.as_ref()),
+            or_dash(g.purpose.as_ref()),
+            or_dash(g.remaining_ms.map(duration_ms)),
+            or_dash(g.fence),
+        ]
+    });
+    format!(
+        "{}: {verdict}\n\n{}",
+        status.resource,
+        output::table(
+            ["GROUP", "STATE", "OWNER", "PURPOSE", "REMAINING", "FENCE"],
+            rows
+        )
+    )
+}
+
+pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Result<u8> {
+    let status = locks.status(&args.resource).await?;
+    if json {
+        output::json(&status)?;
+    } else {
+        print!("{}", status_table(&status, locks.quorum()));
+    }
+    Ok(exit::OK)
+}
+
+fn list_table(list: &crate::inspect::LockList) -> String {
+    if list.locks.is_empty() {
+        return "no locks held\n".to_string();
+    }
+    let rows = list.locks.iter().map(|l| {
+        [
+            l.resource.clone(),
+            or_dash(l.owner.as_ref()),
+            or_dash(l.purpose.as_ref()),
+            duration_ms(l.remaining_ms),
+            or_dash(l.fencing_token),
+        ]
+    });
+    let mut text = output::table(["RESOURCE", "OWNER", "PURPOSE", "REMAINING", "FENCE"], rows);
+    if list.truncated {
+        text.push_str("(more locks match: raise --limit)\n");
+    }
+    text
+}
+
+pub async fn list(locks: &Locks, args: &ListArgs, json: bool) -> anyhow::Result<u8> {
+    let list = locks.list(&args.prefix, args.limit).await?;
+    if json {
+        output::json(&list)?;
+    } else {
+        print!("{}", list_table(&list));
+    }
+    Ok(exit::OK)
+}
+
+pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::Result<u8> {
+    let owner = args.owner.clone().unwrap_or_else(who_am_i);
+    let mut request = locks
+        .acquire(args.resource.as_str())
+        .ttl(Duration::from_millis(args.ttl_ms))
+        .wait(Duration::from_millis(args.wait_ms))
+        .owner(owner);
+    if let Some(purpose) = &args.purpose {
+        request = request.purpose(purpose.as_str());
+    }
+    let lease = match request.await {
+        Ok(lease) => lease,
+        Err(Error::Held {
+            resource,
+            holder,
+            votes,
+        }) if json => {
+            output::json(
+                &json!({"acquired": false, "resource": resource, "holder": holder, "votes": votes}),
+            )?;
+            return Ok(exit::DENIED);
+        }
+        Err(error) => return Err(error.into()),
+    };
+    let expires_at = chrono::DateTime::<chrono::Utc>::from(lease.expires_at()).to_rfc3339();
+    if json {
+        output::json(&json!({
+            "acquired": true,
+            "resource": lease.resource(),
+            "token": lease.token(),
+            "fencing_token": lease.fencing_token(),
+            "validity_ms": lease.validity().as_millis() as u64,
+            "expires_at": expires_at,
+            "votes": lease.votes(),
+        }))?;
+    } else {
+        println!("acquired {}", lease.resource());
+        println!("token          {}", lease.token());
+        println!("fencing token  {}", lease.fencing_token());
+        println!(
+            "valid for      {} (until {expires_at})",
+            duration_ms(lease.validity().as_millis() as u64)
+        );
+    }
+    if !args.hold {
+        let (resource, token, _) = lease.detach();
+        if !json {
+            println!("release it with: quorumlock release {resource} --token {token}");
+        }
+        return Ok(exit::OK);
+    }
+    let kept = lease.keepalive();
+    if !json {
+        println!(
+            "holding it, renewed every {} ms; Ctrl-C releases it",
+            args.ttl_ms / 3
+        );
+    }
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        end = kept.lost() => {
+            let reason = match end {
+                LeaseEnd::Lost(reason) => reason,
+                LeaseEnd::MaxHold => "max_hold_ms reached".to_string(),
+                LeaseEnd::Released => "released".to_string(),
+            };
+            eprintln!("the lock on {} ended: {reason}", args.resource);
+            return Ok(exit::DENIED);
+        }
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    let released = kept.release().await?;
+    report_release(&args.resource, &released, json)
+}
+
+fn report_release(resource: &str, released: &Released, json: bool) -> anyhow::Result<u8> {
+    if json {
+        output::json(
+            &json!({"released": released.released, "resource": resource, "groups_released": released.groups_released, "votes": released.votes}),
+        )?;
+    } else if released.released {
+        println!("released {resource} on {} groups", released.groups_released);
+    } else {
+        println!(
+            "{resource} was not held by this token (expired, released, or someone else's); nothing changed"
+        );
+    }
+    Ok(if released.released {
+        exit::OK
+    } else {
+        exit::DENIED
+    })
+}
+
+pub async fn release(locks: &Locks, args: &ReleaseArgs, json: bool) -> anyhow::Result<u8> {
+    let released = locks.release(&args.resource, &args.token).await?;
+    report_release(&args.resource, &released, json)
+}
+
+pub async fn extend(locks: &Locks, args: &ExtendArgs, json: bool) -> anyhow::Result<u8> {
+    let extended = locks
+        .extend(
+            &args.resource,
+            &args.token,
+            Duration::from_millis(args.ttl_ms),
+        )
+        .await?;
+    let validity = extended
+        .valid_until
+        .saturating_duration_since(std::time::Instant::now());
+    if json {
+        output::json(
+            &json!({"extended": true, "resource": args.resource, "validity_ms": validity.as_millis() as u64, "votes": extended.votes}),
+        )?;
+    } else {
+        println!(
+            "extended {}: valid for {}",
+            args.resource,
+            duration_ms(validity.as_millis() as u64)
+        );
+    }
+    Ok(exit::OK)
+}
+
+pub async fn force_release(
+    locks: &Locks,
+    args: &ForceReleaseArgs,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let status = locks.status(&args.resource).await?;
+    let holder = status
+        .holder
+        .as_ref()
+        .map_or_else(|| "nobody (per the quorum)".to_string(), |h| h.to_string());
+    if !args.yes {
+        if !std::io::stdin().is_terminal() {
+            anyhow::bail!(
+                "refusing to force-release without --yes: standard input is not a terminal to confirm on"
+            );
+        }
+        eprint!(
+            "Delete the lock on `{}` (held by {holder}) on every group? [y/N] ",
+            args.resource
+        );
+        std::io::stderr().flush()?;
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            eprintln!("not released");
+            return Ok(exit::DENIED);
+        }
+    }
+    let released = locks.force_release(&args.resource).await?;
+    let by = who_am_i();
+    tracing::warn!(resource = %args.resource, %by, %holder, groups = released.groups_released, "force-released");
+    eprintln!(
+        "force-released `{}` (held by {holder}) by {by}",
+        args.resource
+    );
+    report_release(&args.resource, &released, json)
+}
+
+pub async fn watch(locks: &Locks, args: &WatchArgs, json: bool) -> anyhow::Result<u8> {
+    let mut ticks = tokio::time::interval(Duration::from_millis(args.interval_ms.max(50)));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
+            _ = ticks.tick() => {}
+        }
+        let frame = match &args.resource {
+            Some(resource) if !args.all => {
+                let status = locks.status(resource).await?;
+                if json {
+                    serde_json::to_string(&status)?
+                } else {
+                    status_table(&status, locks.quorum())
+                }
+            }
+            _ => {
+                let list = locks.list("", 1000).await?;
+                if json {
+                    serde_json::to_string(&list)?
+                } else {
+                    list_table(&list)
+                }
+            }
+        };
+        if json {
+            println!("{frame}");
+        } else {
+            // Clear the screen and home the cursor, so the view refreshes in place.
+            print!(
+                "\x1b[2J\x1b[H{frame}\n(refreshing every {} ms; Ctrl-C to quit)\n",
+                args.interval_ms
+            );
+        }
+        std::io::stdout().flush()?;
+    }
+}

@@ -1,0 +1,292 @@
+//! The health of every group as an operator needs it: reachability and latency, the master
+//! the engine talks to and what each Sentinel names, role, replicas and their lag, and
+//! whether the master votes or sits out its quarantine.
+
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::{CustomCommand, InfoKind, Value};
+use serde::Serialize;
+
+use crate::group::Group;
+use crate::lock::Locks;
+use crate::quorum::Reply;
+use crate::resource::admission_key;
+use crate::scripts;
+
+/// One Sentinel's answer about a group.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct SentinelView {
+    pub sentinel: String,
+    /// The master this Sentinel names for the group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One replica as its master reports it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+pub struct ReplicaView {
+    pub address: String,
+    pub state: String,
+    /// Seconds since the replica's last acknowledgement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lag_s: Option<u64>,
+    /// Replication bytes the replica is behind its master.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_behind: Option<i64>,
+}
+
+/// Whether a master takes part in the vote.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Admission {
+    /// It votes.
+    Voting,
+    /// New to the vote (promoted, restarted empty or wiped); votes again after this long.
+    Quarantined { remaining_ms: u64 },
+    /// It has not been asked to vote since its history began; its first vote starts the
+    /// quarantine.
+    Unadmitted,
+    /// Could not be read.
+    Unknown,
+}
+
+/// One group's health.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupHealth {
+    pub group: String,
+    pub reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The master the engine is connected to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master: Option<String>,
+    /// `master` or `slave`, as the node reports itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    pub replicas: Vec<ReplicaView>,
+    /// Each Sentinel's view (empty for a plain group).
+    pub sentinels: Vec<SentinelView>,
+    /// True when every Sentinel that answered names the same master as the engine uses.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinels_agree: Option<bool>,
+    pub admission: Admission,
+}
+
+impl GroupHealth {
+    /// Reachable and voting.
+    pub fn votes(&self) -> bool {
+        self.reachable
+            && self.admission != Admission::Unknown
+            && !matches!(self.admission, Admission::Quarantined { .. })
+    }
+}
+
+/// Every group's health and whether a majority can vote.
+#[derive(Debug, Clone, Serialize)]
+pub struct Health {
+    /// True when at least `quorum` groups are reachable and not quarantined.
+    pub quorum_available: bool,
+    pub quorum: usize,
+    pub voting: usize,
+    pub groups: Vec<GroupHealth>,
+}
+
+const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
+
+impl Locks {
+    /// Asks every group (and its Sentinels) how it is doing.
+    pub async fn health(&self) -> Health {
+        let engine = &self.engine;
+        let marker = admission_key(&engine.topology.key_prefix);
+        let groups: Vec<GroupHealth> = futures::future::join_all(
+            engine
+                .groups
+                .iter()
+                .map(|group| group_health(group, &marker)),
+        )
+        .await;
+        let voting = groups.iter().filter(|g| g.votes()).count();
+        Health {
+            quorum_available: voting >= engine.quorum,
+            quorum: engine.quorum,
+            voting,
+            groups,
+        }
+    }
+}
+
+async fn group_health(group: &Group, marker: &str) -> GroupHealth {
+    let (ping, info, admission, sentinels) = tokio::join!(
+        group.ping(),
+        group.info(InfoKind::Replication),
+        group.eval::<Vec<Value>>(&scripts::ADMISSION_STATE, vec![marker.into()], Vec::new()),
+        sentinel_views(group),
+    );
+    let (latency_ms, error) = match ping {
+        Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
+        Reply::Timeout => (None, Some("timeout".to_string())),
+        Reply::Failed(message) => (None, Some(message)),
+    };
+    let (role, replicas) = match info {
+        Reply::Answer(text) => parse_replication(&text),
+        _ => (None, Vec::new()),
+    };
+    let admission = match admission {
+        Reply::Answer(values) => match (
+            values.first().and_then(Value::as_i64),
+            values.get(1).and_then(Value::as_i64),
+        ) {
+            (Some(0), _) => Admission::Unadmitted,
+            (Some(1), Some(left)) if left > 0 => Admission::Quarantined {
+                remaining_ms: left as u64,
+            },
+            (Some(1), Some(_)) => Admission::Voting,
+            _ => Admission::Unknown,
+        },
+        _ => Admission::Unknown,
+    };
+    let master = group.connected_master();
+    let sentinels_agree = (!sentinels.is_empty()).then(|| {
+        sentinels
+            .iter()
+            .filter_map(|view| view.master.as_ref())
+            .all(|named| Some(named) == master.as_ref())
+    });
+    GroupHealth {
+        group: group.name.clone(),
+        reachable: latency_ms.is_some(),
+        latency_ms,
+        error,
+        master,
+        role,
+        replicas,
+        sentinels,
+        sentinels_agree,
+        admission,
+    }
+}
+
+/// Reads role and replicas from `INFO replication`.
+fn parse_replication(text: &str) -> (Option<String>, Vec<ReplicaView>) {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_string)
+    };
+    let master_offset: Option<i64> = field("master_repl_offset").and_then(|v| v.parse().ok());
+    let replicas = text
+        .lines()
+        .filter(|line| line.starts_with("slave") && line.contains("ip="))
+        .map(|line| {
+            let pairs: Vec<(&str, &str)> = line
+                .split_once(':')
+                .map(|(_, rest)| {
+                    rest.trim()
+                        .split(',')
+                        .filter_map(|pair| pair.split_once('='))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let get = |key: &str| pairs.iter().find(|(k, _)| *k == key).map(|(_, v)| *v);
+            ReplicaView {
+                address: format!(
+                    "{}:{}",
+                    get("ip").unwrap_or("?"),
+                    get("port").unwrap_or("?")
+                ),
+                state: get("state").unwrap_or("unknown").to_string(),
+                lag_s: get("lag").and_then(|v| v.parse().ok()),
+                bytes_behind: get("offset")
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .zip(master_offset)
+                    .map(|(offset, master)| master - offset),
+            }
+        })
+        .collect();
+    (field("role"), replicas)
+}
+
+/// Asks each of the group's Sentinels which master it names.
+async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
+    let Some(watched) = group.sentinels() else {
+        return Vec::new();
+    };
+    let asks = watched.addresses.iter().map(|(host, port)| async move {
+        let sentinel = format!("{host}:{port}");
+        match ask_sentinel(host, *port, &watched.service, &watched.auth).await {
+            Ok(master) => SentinelView {
+                sentinel,
+                master: Some(master),
+                error: None,
+            },
+            Err(error) => SentinelView {
+                sentinel,
+                master: None,
+                error: Some(error),
+            },
+        }
+    });
+    futures::future::join_all(asks).await
+}
+
+async fn ask_sentinel(
+    host: &str,
+    port: u16,
+    service: &str,
+    (username, password): &(Option<String>, Option<String>),
+) -> Result<String, String> {
+    let config = Config {
+        server: ServerConfig::new_centralized(host, port),
+        username: username.clone(),
+        password: password.clone(),
+        ..Default::default()
+    };
+    let client = Builder::from_config(config)
+        .with_connection_config(|c| c.connection_timeout = SENTINEL_TIMEOUT)
+        .with_performance_config(|p| p.default_command_timeout = SENTINEL_TIMEOUT)
+        .build()
+        .map_err(|error| error.to_string())?;
+    let asked = async {
+        client.init().await?;
+        client
+            .custom::<Vec<String>, _>(
+                CustomCommand::new_static("SENTINEL", None, false),
+                vec!["get-master-addr-by-name", service],
+            )
+            .await
+    };
+    let answer = tokio::time::timeout(SENTINEL_TIMEOUT * 2, asked).await;
+    let _ = client.quit().await;
+    match answer {
+        Ok(Ok(address)) if address.len() == 2 => Ok(format!("{}:{}", address[0], address[1])),
+        Ok(Ok(_)) => Err(format!("does not know `{service}`")),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(_) => Err("no answer".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_replicas_and_their_lag() {
+        let info = "# Replication\r\nrole:master\r\nconnected_slaves:1\r\nslave0:ip=127.0.0.1,port=6380,state=online,offset=90,lag=1\r\nmaster_repl_offset:100\r\n";
+        let (role, replicas) = parse_replication(info);
+        assert_eq!(role.as_deref(), Some("master"));
+        assert_eq!(
+            replicas,
+            vec![ReplicaView {
+                address: "127.0.0.1:6380".into(),
+                state: "online".into(),
+                lag_s: Some(1),
+                bytes_behind: Some(10),
+            }]
+        );
+    }
+}

@@ -1,0 +1,176 @@
+//! Sentinel events: one subscriber per Sentinel address tells the groups at once when their
+//! master changed (`+switch-master`), so a group reconnects to the promoted replica as soon as
+//! Sentinel announces it instead of finding out through timeouts.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use crate::group::Group;
+
+const SWITCH_MASTER: &str = "+switch-master";
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// A master change announced by Sentinel and acted on.
+#[derive(Debug, Clone)]
+pub struct Failover {
+    /// The group whose master changed.
+    pub group: String,
+    /// `host:port` of the new master.
+    pub master: String,
+    /// When the announcement arrived.
+    pub announced_at: Instant,
+    /// When the group's client had reconnected to the new master.
+    pub reconnected_at: Instant,
+}
+
+/// The running subscribers; dropping this stops them.
+pub(crate) struct SentinelWatch {
+    subscribers: Vec<Client>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Which groups each Sentinel service name belongs to.
+type Services = HashMap<String, Vec<(String, Client)>>;
+
+impl SentinelWatch {
+    /// Subscribes to every distinct Sentinel of every Sentinel-watched group.
+    pub async fn start(groups: &[Group], events: broadcast::Sender<Failover>) -> Self {
+        let mut services: Services = HashMap::new();
+        let mut sentinels: BTreeMap<(String, u16), (Option<String>, Option<String>)> =
+            BTreeMap::new();
+        for group in groups {
+            let Some(watched) = group.sentinels() else {
+                continue;
+            };
+            services
+                .entry(watched.service.clone())
+                .or_default()
+                .push((group.name.clone(), group.client().clone()));
+            for address in &watched.addresses {
+                sentinels.insert(address.clone(), watched.auth.clone());
+            }
+        }
+        let services = Arc::new(services);
+        // Every Sentinel announces the same switch: act on the first announcement only.
+        let handled = Arc::new(Mutex::new(HashMap::<String, String>::new()));
+        let mut watch = SentinelWatch {
+            subscribers: Vec::new(),
+            tasks: Vec::new(),
+        };
+        for ((host, port), (username, password)) in sentinels {
+            let config = Config {
+                server: ServerConfig::new_centralized(host, port),
+                username,
+                password,
+                fail_fast: true,
+                ..Default::default()
+            };
+            let Ok(subscriber) = Builder::from_config(config)
+                .with_connection_config(|c| c.connection_timeout = CONNECT_TIMEOUT)
+                .with_performance_config(|p| p.default_command_timeout = CONNECT_TIMEOUT)
+                .set_policy(ReconnectPolicy::new_constant(0, 200))
+                .build()
+            else {
+                continue;
+            };
+            let _connection = subscriber.connect();
+            let _ = tokio::time::timeout(CONNECT_TIMEOUT, subscriber.wait_for_connect()).await;
+            let task = tokio::spawn(listen(
+                subscriber.clone(),
+                services.clone(),
+                handled.clone(),
+                events.clone(),
+            ));
+            watch.subscribers.push(subscriber);
+            watch.tasks.push(task);
+        }
+        watch
+    }
+
+    pub async fn stop(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for subscriber in &self.subscribers {
+            let _ = subscriber.quit().await;
+        }
+    }
+}
+
+impl Drop for SentinelWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+async fn listen(
+    subscriber: Client,
+    services: Arc<Services>,
+    handled: Arc<Mutex<HashMap<String, String>>>,
+    events: broadcast::Sender<Failover>,
+) {
+    let mut messages = subscriber.message_rx();
+    let mut reconnects = subscriber.reconnect_rx();
+    // A Sentinel that was down at start, or restarted, needs the subscription again.
+    let _ = subscriber.subscribe(SWITCH_MASTER).await;
+    loop {
+        tokio::select! {
+            message = messages.recv() => match message {
+                Ok(message) if message.channel == SWITCH_MASTER => {
+                    let text = message.value.as_string().unwrap_or_default();
+                    switch(&text, &services, &handled, &events).await;
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            reconnect = reconnects.recv() => match reconnect {
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let _ = subscriber.subscribe(SWITCH_MASTER).await;
+                }
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+        }
+    }
+}
+
+/// Handles `<service> <old ip> <old port> <new ip> <new port>`.
+async fn switch(
+    text: &str,
+    services: &Services,
+    handled: &Mutex<HashMap<String, String>>,
+    events: &broadcast::Sender<Failover>,
+) {
+    let announced_at = Instant::now();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [service, _, _, host, port] = fields[..] else {
+        tracing::warn!(%text, "ignoring a malformed +switch-master announcement");
+        return;
+    };
+    let master = format!("{host}:{port}");
+    let first = handled
+        .lock()
+        .map(|mut seen| seen.insert(service.to_string(), master.clone()).as_ref() != Some(&master))
+        .unwrap_or(true);
+    if !first {
+        return;
+    }
+    for (group, client) in services.get(service).into_iter().flatten() {
+        tracing::info!(%group, %master, "Sentinel switched the master; reconnecting");
+        if let Err(error) = client.force_reconnection().await {
+            tracing::warn!(%group, %error, "reconnecting to the new master failed; fred keeps retrying");
+        }
+        let _ = events.send(Failover {
+            group: group.clone(),
+            master: master.clone(),
+            announced_at,
+            reconnected_at: Instant::now(),
+        });
+    }
+}

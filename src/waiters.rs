@@ -1,0 +1,170 @@
+//! Waiting without polling: a denied acquire subscribes to its resource's release channel on
+//! every group and retries as soon as any group announces a release. A timer still retries
+//! now and then, because a crashed holder's lock expires without an announcement and a
+//! group's subscriber may be down.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fred::clients::SubscriberClient;
+use fred::prelude::*;
+use fred::types::Message;
+use tokio::sync::{Notify, OnceCell, broadcast};
+use tokio::task::JoinHandle;
+
+use crate::group::Group;
+
+/// How long a subscriber may take to connect before it is left to reconnect in the background.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+type Channels = Arc<Mutex<HashMap<String, Channel>>>;
+
+struct Channel {
+    notify: Arc<Notify>,
+    waiters: usize,
+}
+
+struct Subscribers {
+    clients: Vec<SubscriberClient>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The engine's release subscriptions, shared by every waiter.
+#[derive(Default)]
+pub(crate) struct Waiters {
+    subscribers: OnceCell<Subscribers>,
+    channels: Channels,
+}
+
+/// One waiter's interest in one channel; dropping it unsubscribes when it was the last.
+pub(crate) struct Watch {
+    channel: String,
+    notify: Arc<Notify>,
+    channels: Channels,
+    clients: Vec<SubscriberClient>,
+}
+
+impl Watch {
+    /// Woken by the next release announced on this channel.
+    pub fn notify(&self) -> Arc<Notify> {
+        self.notify.clone()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let last = match self.channels.lock() {
+            Ok(mut channels) => match channels.get_mut(&self.channel) {
+                Some(entry) if entry.waiters > 1 => {
+                    entry.waiters -= 1;
+                    false
+                }
+                Some(_) => {
+                    channels.remove(&self.channel);
+                    true
+                }
+                None => false,
+            },
+            Err(_) => false,
+        };
+        if let (true, Ok(runtime)) = (last, tokio::runtime::Handle::try_current()) {
+            let (clients, channel) = (std::mem::take(&mut self.clients), self.channel.clone());
+            runtime.spawn(async move {
+                for client in clients {
+                    let _ = client.unsubscribe(channel.as_str()).await;
+                }
+            });
+        }
+    }
+}
+
+impl Waiters {
+    /// Registers interest in `channel`, subscribing on every group if nobody else waits on it.
+    pub async fn watch(&self, groups: &[Group], channel: &str) -> Watch {
+        let subscribers = self
+            .subscribers
+            .get_or_init(|| start(groups, self.channels.clone()))
+            .await;
+        let (notify, first) = match self.channels.lock() {
+            Ok(mut channels) => {
+                let entry = channels
+                    .entry(channel.to_string())
+                    .or_insert_with(|| Channel {
+                        notify: Arc::new(Notify::new()),
+                        waiters: 0,
+                    });
+                entry.waiters += 1;
+                (entry.notify.clone(), entry.waiters == 1)
+            }
+            Err(_) => (Arc::new(Notify::new()), false),
+        };
+        if first {
+            let subscriptions = subscribers.clients.iter().map(|client| async move {
+                let _ = tokio::time::timeout(CONNECT_TIMEOUT, client.subscribe(channel)).await;
+            });
+            futures::future::join_all(subscriptions).await;
+        }
+        Watch {
+            channel: channel.to_string(),
+            notify,
+            channels: self.channels.clone(),
+            clients: subscribers.clients.clone(),
+        }
+    }
+
+    pub async fn stop(&self) {
+        if let Some(subscribers) = self.subscribers.get() {
+            for task in &subscribers.tasks {
+                task.abort();
+            }
+            for client in &subscribers.clients {
+                let _ = client.quit().await;
+            }
+        }
+    }
+}
+
+/// Connects one subscriber per group and routes its messages to the waiting channels.
+async fn start(groups: &[Group], channels: Channels) -> Subscribers {
+    let mut subscribers = Subscribers {
+        clients: Vec::new(),
+        tasks: Vec::new(),
+    };
+    for group in groups {
+        let client = match group.subscriber() {
+            Ok(client) => client,
+            Err(error) => {
+                tracing::warn!(group = %group.name, %error, "no release subscriber; waiters poll this group");
+                continue;
+            }
+        };
+        let _connection = client.connect();
+        let _ = tokio::time::timeout(CONNECT_TIMEOUT, client.wait_for_connect()).await;
+        // Subscriptions come back by themselves after a reconnect or a failover.
+        subscribers.tasks.push(client.manage_subscriptions());
+        subscribers
+            .tasks
+            .push(tokio::spawn(route(client.message_rx(), channels.clone())));
+        subscribers.clients.push(client);
+    }
+    subscribers
+}
+
+async fn route(mut messages: broadcast::Receiver<Message>, channels: Channels) {
+    loop {
+        match messages.recv().await {
+            Ok(message) => {
+                let notify = channels
+                    .lock()
+                    .ok()
+                    .and_then(|channels| channels.get(&*message.channel).map(|c| c.notify.clone()));
+                if let Some(notify) = notify {
+                    notify.notify_waiters();
+                }
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => {}
+            Err(broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The `quorumlock` binary end to end against a lab: tables, `--json`, exit codes, bad input,
+//! and Ctrl-C on `acquire --hold` releasing the lock.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use common::sentinel_lab;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+
+async fn quorumlock(config: &Path, args: &[&str]) -> Output {
+    Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("QUORUMLOCK_CONFIG")
+        .output()
+        .await
+        .expect("run quorumlock")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_commands_print_tables_json_and_exit_codes() {
+    let fx = sentinel_lab().await;
+    let config = fx.lab.config_path();
+
+    let acquired = quorumlock(
+        &config,
+        &[
+            "--json",
+            "acquire",
+            "db:migrations",
+            "--owner",
+            "alice",
+            "--purpose",
+            "m42",
+        ],
+    )
+    .await;
+    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+    let lease: serde_json::Value = serde_json::from_str(&stdout(&acquired)).expect("acquire JSON");
+    assert_eq!(lease["acquired"], true);
+    let token = lease["token"].as_str().expect("token").to_string();
+    let fence = lease["fencing_token"].as_u64().expect("fencing_token");
+    assert!(lease["validity_ms"].as_u64().expect("validity_ms") > 0);
+    assert!(
+        lease["expires_at"]
+            .as_str()
+            .is_some_and(|t| t.contains('T'))
+    );
+
+    let table = quorumlock(&config, &["status", "db:migrations"]).await;
+    assert_eq!(table.status.code(), Some(0));
+    let text = stdout(&table);
+    assert!(text.contains("HELD by alice (m42)"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("GROUP") && l.contains("FENCE")),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with('g') && l.contains(" held "))
+            .count(),
+        5,
+        "{text}"
+    );
+
+    let status = quorumlock(&config, &["--json", "status", "db:migrations"]).await;
+    let status: serde_json::Value = serde_json::from_str(&stdout(&status)).expect("status JSON");
+    assert_eq!(status["held"], true);
+    assert_eq!(status["fencing_token"].as_u64(), Some(fence));
+    assert_eq!(status["holder"]["owner"], "alice");
+    assert_eq!(status["groups"].as_array().map(Vec::len), Some(5));
+    assert!(status["groups"][0]["state"].is_string());
+
+    let denied = quorumlock(&config, &["acquire", "db:migrations"]).await;
+    assert_eq!(denied.status.code(), Some(1), "held elsewhere exits 1");
+    assert!(
+        stderr(&denied).contains("held by alice"),
+        "{}",
+        stderr(&denied)
+    );
+
+    let listed = quorumlock(&config, &["--json", "list", "db:"]).await;
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&listed)).expect("list JSON");
+    assert_eq!(listed["locks"][0]["resource"], "db:migrations");
+    assert_eq!(listed["truncated"], false);
+
+    let wrong = quorumlock(
+        &config,
+        &[
+            "release",
+            "db:migrations",
+            "--token",
+            "0123456789abcdef0123456789abcdef",
+        ],
+    )
+    .await;
+    assert_eq!(
+        wrong.status.code(),
+        Some(1),
+        "a wrong token releases nothing"
+    );
+    let extended = quorumlock(
+        &config,
+        &[
+            "extend",
+            "db:migrations",
+            "--token",
+            &token,
+            "--ttl-ms",
+            "20000",
+        ],
+    )
+    .await;
+    assert_eq!(extended.status.code(), Some(0), "{}", stderr(&extended));
+    let released = quorumlock(&config, &["release", "db:migrations", "--token", &token]).await;
+    assert_eq!(released.status.code(), Some(0), "{}", stderr(&released));
+
+    let health = quorumlock(&config, &["--json", "health"]).await;
+    assert_eq!(health.status.code(), Some(0));
+    let health: serde_json::Value = serde_json::from_str(&stdout(&health)).expect("health JSON");
+    assert_eq!(health["quorum_available"], true);
+    assert_eq!(health["groups"][0]["admission"]["state"], "voting");
+
+    let forced = quorumlock(&config, &["acquire", "stuck"]).await;
+    assert_eq!(forced.status.code(), Some(0));
+    let refused = quorumlock(&config, &["force-release", "stuck"]).await;
+    assert_eq!(
+        refused.status.code(),
+        Some(4),
+        "no terminal to confirm on: {}",
+        stderr(&refused)
+    );
+    let cleared = quorumlock(&config, &["force-release", "stuck", "--yes"]).await;
+    assert_eq!(cleared.status.code(), Some(0), "{}", stderr(&cleared));
+    assert!(stderr(&cleared).contains("force-released `stuck`"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_a_clear_error_and_exit_code() {
+    let fx = sentinel_lab().await;
+    let config = fx.lab.config_path();
+
+    let control = quorumlock(&config, &["acquire", "bad\u{7}name"]).await;
+    assert_eq!(control.status.code(), Some(2));
+    assert!(
+        stderr(&control).contains("invalid resource"),
+        "{}",
+        stderr(&control)
+    );
+
+    let missing = quorumlock(Path::new("/nonexistent/quorumlock.toml"), &["status", "x"]).await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        stderr(&missing).contains("/nonexistent/quorumlock.toml"),
+        "{}",
+        stderr(&missing)
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let broken = dir.path().join("broken.toml");
+    std::fs::write(
+        &broken,
+        "[[groups]]\nname = \"g1\"\nsentinels = [\"127.0.0.1:1\"]\n",
+    )
+    .expect("write");
+    let invalid = quorumlock(&broken, &["status", "x"]).await;
+    assert_eq!(invalid.status.code(), Some(2));
+    assert!(
+        stderr(&invalid).contains("groups[0].service"),
+        "{}",
+        stderr(&invalid)
+    );
+
+    // Ports nothing listens on: every group fails, and the error names them.
+    let unreachable = dir.path().join("unreachable.toml");
+    let groups: String = (1..=5)
+        .map(|g| {
+            format!(
+                "[[groups]]\nname = \"dead{g}\"\naddress = \"127.0.0.1:{}\"\n",
+                free_port()
+            )
+        })
+        .collect();
+    std::fs::write(&unreachable, groups).expect("write");
+    let down = quorumlock(&unreachable, &["acquire", "x"]).await;
+    assert_eq!(down.status.code(), Some(3), "{}", stderr(&down));
+    assert!(
+        stderr(&down).contains("dead1") && stderr(&down).contains("quorumlock health"),
+        "{}",
+        stderr(&down)
+    );
+    let health = quorumlock(&unreachable, &["health"]).await;
+    assert_eq!(health.status.code(), Some(3));
+}
+
+/// A loopback port nobody listens on (bound, read back, released).
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_on_hold_releases_the_lock() {
+    let fx = sentinel_lab().await;
+    let config = fx.lab.config_path();
+    let mut holder = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["acquire", "held-by-cli", "--hold", "--ttl-ms", "1000"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    while let Some(line) = lines.next_line().await.expect("read") {
+        if line.starts_with("holding it") {
+            break;
+        }
+    }
+    // Outlive the TTL: only the keepalive keeps it.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(fx.locks.status("held-by-cli").await.expect("status").held);
+
+    let pid = holder.id().expect("pid") as i32;
+    // SAFETY: kill(2) on the child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = holder.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0));
+    let mut rest = String::new();
+    while let Some(line) = lines.next_line().await.expect("read") {
+        rest.push_str(&line);
+    }
+    assert!(rest.contains("released held-by-cli"), "{rest}");
+    assert!(!fx.locks.status("held-by-cli").await.expect("status").held);
+}

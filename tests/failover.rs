@@ -1,0 +1,223 @@
+//! Failover safety against real Sentinels: a promoted replica or a master restarted without
+//! its data sits out the vote for one max TTL, and Sentinel's `+switch-master` moves a group
+//! to its new master at once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{fixture, lock_key, sentinel_lab};
+use quorumlock::{Error, Locks, Vote};
+
+const MS: Duration = Duration::from_millis(1);
+
+fn vote_of(votes: &[quorumlock::GroupVote], group: &str) -> Vote {
+    votes
+        .iter()
+        .find(|v| v.group == group)
+        .map(|v| v.vote.clone())
+        .unwrap_or(Vote::NotAwaited)
+}
+
+/// The votes of one attempt, whether it succeeded or not.
+async fn attempt_votes(locks: &Locks, resource: &str) -> Vec<quorumlock::GroupVote> {
+    match locks.acquire(resource).ttl(500 * MS).await {
+        Ok(lease) => {
+            let votes = lease.votes().to_vec();
+            lease.release().await.expect("release");
+            votes
+        }
+        Err(error) => error.votes().to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
+    let mut fx = sentinel_lab().await;
+    let mut failovers = fx.locks.failovers();
+    let killed = fx.lab.kill(0).await.expect("kill");
+    let failover = tokio::time::timeout(Duration::from_secs(15), failovers.recv())
+        .await
+        .expect("Sentinel announces the switch")
+        .expect("event");
+    assert_eq!(failover.group, "g1");
+    assert_ne!(failover.master, format!("127.0.0.1:{}", killed.port));
+
+    // The group answers again from the promoted replica, which must not vote yet: it may have
+    // missed the last grants of the dead master.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answered_at = loop {
+        let votes = attempt_votes(&fx.locks, "after-switch").await;
+        match vote_of(&votes, "g1") {
+            Vote::Quarantined { remaining_ms } => {
+                assert!(remaining_ms <= fx.topology.max_ttl_ms);
+                break Instant::now();
+            }
+            Vote::Granted => panic!("a freshly promoted replica voted"),
+            other => assert!(
+                Instant::now() < deadline,
+                "g1 never answered from its new master: {other:?}"
+            ),
+        }
+    };
+    eprintln!(
+        "g1 answered from its new master {:?} after +switch-master (reconnect took {:?})",
+        answered_at - failover.announced_at,
+        failover.reconnected_at - failover.announced_at
+    );
+
+    let health = fx.locks.health().await;
+    let g1 = &health.groups[0];
+    assert!(
+        matches!(g1.admission, quorumlock::Admission::Quarantined { .. }),
+        "{g1:?}"
+    );
+    assert_eq!(health.voting, 4);
+    assert_ne!(
+        g1.master.as_deref(),
+        Some(format!("127.0.0.1:{}", killed.port).as_str())
+    );
+
+    // A client that starts after the failover reads the quarantine from the server itself.
+    let late = Locks::connect(fx.topology.clone()).await.expect("connect");
+    let votes = attempt_votes(&late, "late-client").await;
+    assert!(
+        matches!(vote_of(&votes, "g1"), Vote::Quarantined { .. }),
+        "{votes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
+    let mut fx = fixture(
+        |mut spec| {
+            spec.replicas = 0;
+            spec.sentinels = 0;
+            spec
+        },
+        |mut topology| {
+            topology.max_ttl_ms = 2_000;
+            topology
+        },
+    )
+    .await;
+    let holder = fx
+        .locks
+        .acquire("precious")
+        .ttl(1_500 * MS)
+        .await
+        .expect("holder");
+    assert!(
+        fx.values_of(&lock_key("precious"))
+            .await
+            .iter()
+            .all(Option::is_some)
+    );
+
+    // A majority of masters comes back without the holder's grant.
+    for group in 0..3 {
+        fx.lab.restart(group).await.expect("restart");
+    }
+    let contender = Locks::connect(fx.topology.clone()).await.expect("connect");
+    let first = contender
+        .acquire("precious")
+        .await
+        .expect_err("restarted masters must not vote");
+    assert!(
+        matches!(first, Error::Unavailable { .. } | Error::Held { .. }),
+        "{first}"
+    );
+    for vote in &first.votes()[..3] {
+        assert!(
+            matches!(vote.vote, Vote::Quarantined { .. } | Vote::NotAwaited),
+            "{first}"
+        );
+    }
+    assert!(
+        first
+            .votes()
+            .iter()
+            .any(|v| matches!(v.vote, Vote::Quarantined { .. })),
+        "{first}"
+    );
+
+    // Keep trying: the contender may win only once the holder's lease has run out.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lease = loop {
+        match contender.acquire("precious").ttl(1_000 * MS).await {
+            Ok(lease) => break lease,
+            Err(error) => assert!(Instant::now() < deadline, "never acquired again: {error}"),
+        }
+        tokio::time::sleep(20 * MS).await;
+    };
+    assert!(
+        lease.acquired_at() >= holder.valid_until(),
+        "double grant: the contender won while the holder's lease was still valid"
+    );
+    assert!(lease.fencing_token() > holder.fencing_token());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_without_replica_acknowledgement_do_not_count() {
+    let fx = fixture(
+        |spec| spec,
+        |mut topology| {
+            topology.replica_acks = 1;
+            topology.call_timeout_ms = 300;
+            topology.replica_ack_timeout_ms = 50;
+            topology
+        },
+    )
+    .await;
+    let lease = fx
+        .locks
+        .acquire("acked")
+        .await
+        .expect("replicas acknowledge");
+    assert!(
+        lease
+            .votes()
+            .iter()
+            .filter(|v| v.vote == Vote::Granted)
+            .count()
+            >= 3
+    );
+    lease.release().await.expect("release");
+
+    // Replicas of three groups stop acknowledging (frozen, as in a partition).
+    let frozen: Vec<u32> = fx
+        .lab
+        .status()
+        .await
+        .into_iter()
+        .filter(|node| {
+            node.kind == quorumlock::lab::NodeKind::Replica && node.group.is_some_and(|g| g < 3)
+        })
+        .map(|node| node.pid)
+        .collect();
+    assert_eq!(frozen.len(), 3);
+    for pid in &frozen {
+        // SAFETY: kill(2) on a PID of a replica this test's lab started.
+        assert_eq!(unsafe { libc::kill(*pid as i32, libc::SIGSTOP) }, 0);
+    }
+    let error = fx
+        .locks
+        .acquire("unacked")
+        .await
+        .expect_err("unacknowledged grants do not count");
+    for pid in &frozen {
+        // SAFETY: as above.
+        unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
+    }
+    assert!(error.is_unavailable(), "{error}");
+    assert!(
+        error.to_string().contains("acknowledged by 0 of 1"),
+        "{error}"
+    );
+    let values = fx.values_of(&lock_key("unacked")).await;
+    assert_eq!(
+        values,
+        vec![None; 5],
+        "unacknowledged grants were not rolled back"
+    );
+}
