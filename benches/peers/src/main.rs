@@ -5,19 +5,22 @@
 //! colder machine), and every figure is the median over the rounds. On a small shared
 //! machine the absolute numbers move a lot from run to run; the ratios are what holds.
 //!
-//! Workloads, per round and per library:
+//! Workloads, per round and per library (TTL 10 s everywhere):
 //! 1. sequential acquire latency: acquire one resource, release it, repeat; only the acquire
-//!    is timed (p50, p99);
+//!    is timed (p50, p99); the CPU used per acquire+release is read as well;
 //! 2. lock+release cycles/s at concurrency 1 and 64, each task on its own resource; during
-//!    the concurrency-64 phase the CPU time of this process and of the lab's redis processes
-//!    is read from the kernel, giving CPU per cycle on each side;
+//!    the concurrency-64 phase the CPU time of this process (getrusage) and of the lab's
+//!    redis processes (/proc/<pid>/stat) is read, giving CPU per cycle on each side;
 //! 3. contention: 16 workers, one resource, 1 ms hold; every hold is recorded as
-//!    [acquired, released] and checked for overlaps; the longest wait is reported.
+//!    [acquired, released] and checked for overlaps; the longest wait and (quorumlock only)
+//!    the acquire attempts per acquisition are reported.
 //!
-//! Both libraries retry under contention with their own policy: quorumlock with
-//! `.wait(time left in the phase)` (its retry delay, 50 ms × 0.5..1.5 by default), rslock with
-//! `LockManager::acquire` (loops over `lock`, which tries 3 times with a random 0..200 ms pause
-//! between tries; both are rslock's defaults), cut off at the end of the phase.
+//! Without contention both libraries make one try: quorumlock `acquire(..).ttl(..)` (no wait),
+//! rslock `LockManager::lock` (its up-to-3 tries; the first succeeds on a free resource).
+//! Under contention both wait with their own policy: quorumlock with `.wait(time left in the
+//! phase)` (release notifications plus a fallback timer), rslock with
+//! `LockManager::acquire_no_guard` (loops over `lock`, which tries 3 times with a random
+//! 0..200 ms pause between tries; rslock's defaults), cut off at the end of the phase.
 //!
 //! Run from the repository root (see docs/performance.md):
 //!   cargo run --release --manifest-path benches/peers/Cargo.toml -- [options]
@@ -248,7 +251,7 @@ impl Lib {
                         return Some(Held {
                             valid_until: lease.valid_until(),
                             fence: Some(lease.fencing_token()),
-                    attempts: Some(lease.attempts()),
+                            attempts: Some(lease.attempts()),
                             handle: Handle::Quorum(lease),
                         });
                     }
@@ -433,10 +436,17 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
-/// Workload 1: (p50 µs, p99 µs, errors).
-async fn sequential(lib: &Lib, resource: &str, samples: usize) -> (f64, f64, u64) {
+/// Workload 1: (p50 µs, p99 µs, errors, CPU per acquire+release).
+async fn sequential(
+    lib: &Lib,
+    resource: &str,
+    samples: usize,
+    pids: &LabPids,
+) -> (f64, f64, u64, CpuPerCycle) {
     let mut acquired = histogram();
     let mut errors = 0;
+    let before = cpu_snapshot(pids);
+    let started_all = Instant::now();
     for _ in 0..samples {
         let started = Instant::now();
         match lib.try_acquire(resource).await {
@@ -449,10 +459,17 @@ async fn sequential(lib: &Lib, resource: &str, samples: usize) -> (f64, f64, u64
             Err(_) => errors += 1,
         }
     }
+    let cpu = cpu_per_cycle(
+        before,
+        cpu_snapshot(pids),
+        acquired.len(),
+        started_all.elapsed(),
+    );
     (
         acquired.value_at_quantile(0.50) as f64,
         acquired.value_at_quantile(0.99) as f64,
         errors,
+        cpu,
     )
 }
 
@@ -576,7 +593,12 @@ async fn contend(lib: &Lib, resource: &str, phase: Duration) -> Contention {
         .filter(|pair| matches!((pair[0].fence, pair[1].fence), (Some(a), Some(b)) if b <= a))
         .count();
     let attempts = if holds.iter().all(|h| h.attempts.is_some()) && !holds.is_empty() {
-        holds.iter().filter_map(|h| h.attempts).map(f64::from).sum::<f64>() / holds.len() as f64
+        holds
+            .iter()
+            .filter_map(|h| h.attempts)
+            .map(f64::from)
+            .sum::<f64>()
+            / holds.len() as f64
     } else {
         f64::NAN
     };
@@ -617,6 +639,20 @@ const ROWS: &[Row] = &[
     Row {
         key: "acq_p99",
         label: "acquire p99 (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "seq_cpu_client",
+        label: "sequential: client CPU per acquire+release (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "seq_cpu_masters",
+        label: "sequential: redis masters CPU per acquire+release (µs)",
         better: "lower",
         summed: false,
         decimals: 0,
@@ -731,7 +767,8 @@ async fn round(lib: &Lib, options: &Options, prefix: &str, pids: &LabPids) -> Fi
     let name = lib.kind().name();
     let mut f = Figures::new();
     eprint!("  {name}: sequential");
-    let (p50, p99, e1) = sequential(lib, &format!("{prefix}:seq"), options.samples).await;
+    let (p50, p99, e1, seq_cpu) =
+        sequential(lib, &format!("{prefix}:seq"), options.samples, pids).await;
     eprint!(", c1");
     let (c1, e2, _) = cycles(lib, &format!("{prefix}:c1"), 1, options.c1, pids).await;
     eprint!(", c64");
@@ -744,6 +781,8 @@ async fn round(lib: &Lib, options: &Options, prefix: &str, pids: &LabPids) -> Fi
     );
     f.insert("acq_p50", p50);
     f.insert("acq_p99", p99);
+    f.insert("seq_cpu_client", seq_cpu.client_us);
+    f.insert("seq_cpu_masters", seq_cpu.masters_us);
     f.insert("c1", c1);
     f.insert("c64", c64);
     f.insert("cont", c.per_sec);
