@@ -23,6 +23,8 @@ type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 struct Channel {
     notify: Arc<Notify>,
     waiters: usize,
+    /// The last release heard (its token): every group announces it, it counts once.
+    last_release: Option<String>,
 }
 
 struct Subscribers {
@@ -93,6 +95,7 @@ impl Waiters {
                     .or_insert_with(|| Channel {
                         notify: Arc::new(Notify::new()),
                         waiters: 0,
+                        last_release: None,
                     });
                 entry.waiters += 1;
                 (entry.notify.clone(), entry.waiters == 1)
@@ -155,12 +158,19 @@ async fn route(mut messages: broadcast::Receiver<Message>, channels: Channels) {
     loop {
         match messages.recv().await {
             Ok(message) => {
-                let notify = channels
-                    .lock()
-                    .ok()
-                    .and_then(|channels| channels.get(&*message.channel).map(|c| c.notify.clone()));
+                let release = message.value.as_string();
+                let notify = channels.lock().ok().and_then(|mut channels| {
+                    let channel = channels.get_mut(&*message.channel)?;
+                    if release.is_some() && channel.last_release == release {
+                        return None;
+                    }
+                    channel.last_release = release;
+                    Some(channel.notify.clone())
+                });
+                // One release frees the lock for one holder: wake one waiter (the longest
+                // waiting), not all of them to fight over it.
                 if let Some(notify) = notify {
-                    notify.notify_waiters();
+                    notify.notify_one();
                 }
             }
             Err(broadcast::error::RecvError::Lagged(_)) => {}
