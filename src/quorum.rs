@@ -34,11 +34,13 @@ where
     Call: Fn(&'g Group) -> Fut,
     Fut: Future<Output = Reply<T>>,
 {
+    // Boxed once: the per-group futures are large, and moving them into the set by value
+    // copied kilobytes per call on the hot path.
     let mut pending: FuturesUnordered<_> = groups
         .iter()
         .enumerate()
         .map(|(index, group)| {
-            let reply = call(group);
+            let reply = Box::pin(call(group));
             async move { (index, reply.await) }
         })
         .collect();
