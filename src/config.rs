@@ -56,8 +56,32 @@ pub struct Topology {
     /// `call_timeout_ms`).
     #[serde(default = "default_replica_ack_timeout_ms")]
     pub replica_ack_timeout_ms: u64,
+    /// TLS for every connection (masters, replicas' masters after a failover, Sentinels);
+    /// absent means plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
     /// The master groups that vote. Use an odd number (3, 5, 7).
     pub groups: Vec<GroupConfig>,
+}
+
+/// The `[tls]` table: which CA to trust, and the client certificate for mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// PEM file of the CA (or CAs) that signed the servers' certificates; absent trusts the
+    /// system's root certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM certificate chain presented to servers that require client certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of `cert_file`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// Name every server certificate is checked against, instead of the host connected to.
+    /// Sentinel reports masters by IP address, so a certificate issued for a DNS name needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_name: Option<String>,
 }
 
 /// One master group: either watched by Sentinel (`sentinels` + `service`) or a plain address.
@@ -117,7 +141,7 @@ pub enum ConfigError {
     Invalid { key: String, message: String },
 }
 
-fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),
         message: message.into(),
@@ -158,6 +182,7 @@ impl Topology {
             replica_acks: 0,
             replica_ack_timeout_ms: DEFAULT_REPLICA_ACK_TIMEOUT_MS,
             max_hold_ms: DEFAULT_MAX_HOLD_MS,
+            tls: None,
             groups,
         }
     }
@@ -286,6 +311,11 @@ impl Topology {
                 "groups",
                 "at least one [[groups]] entry is needed (five is the usual quorum setup)",
             ));
+        }
+        if let Some(tls) = &self.tls {
+            // Reading the files now reports a wrong path when the file is loaded, not at the
+            // first connection.
+            crate::security::rustls_config(tls)?;
         }
         let mut names = std::collections::HashSet::new();
         for (index, group) in self.groups.iter().enumerate() {

@@ -14,6 +14,7 @@ use fred::types::{FromValue, Key};
 use crate::config::{Endpoint, GroupConfig, Topology};
 use crate::error::Error;
 use crate::quorum::Reply;
+use crate::security::{Credentials, Transport};
 
 /// Pause between reconnect attempts. Short and without jitter: a refused connection costs
 /// nothing, and after a failover the group should vote again as soon as it can.
@@ -25,8 +26,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 pub(crate) struct Watched {
     pub service: String,
     pub addresses: Vec<(String, u16)>,
-    /// Sentinel username and password.
-    pub auth: (Option<String>, Option<String>),
+    credentials: Credentials,
 }
 
 /// One Redis master group that votes.
@@ -34,6 +34,8 @@ pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
     watched: Option<Watched>,
+    /// TLS shared by every client of the engine, for the Sentinel clients made on demand.
+    transport: Transport,
     /// How this group's clients are built, kept for the release subscriber made on demand.
     builder: Builder,
     client: Client,
@@ -54,39 +56,41 @@ impl Group {
         index: usize,
         config: &GroupConfig,
         topology: &Topology,
+        transport: &Transport,
     ) -> Result<Self, Error> {
         let endpoint = config.endpoint_at(index)?;
         let (server, watched) = match endpoint {
             Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
             Endpoint::Sentinel { sentinels, service } => {
-                let auth = (
-                    config.sentinel_username.clone(),
-                    config.sentinel_password.clone(),
-                );
+                let credentials = Credentials {
+                    username: config.sentinel_username.clone(),
+                    password: config.sentinel_password.clone(),
+                };
                 let server = ServerConfig::Sentinel {
                     hosts: sentinels
                         .iter()
                         .map(|(host, port)| Server::new(host.as_str(), *port))
                         .collect(),
                     service_name: service.clone(),
-                    username: auth.0.clone(),
-                    password: auth.1.clone(),
+                    username: credentials.username.clone(),
+                    password: credentials.password.clone(),
                 };
                 let watched = Watched {
                     service,
                     addresses: sentinels,
-                    auth,
+                    credentials,
                 };
                 (server, Some(watched))
             }
         };
         let call_timeout = topology.call_timeout();
-        let fred_config = Config {
-            server,
+        let master = Credentials {
             username: config.username.clone(),
             password: config.password.clone(),
+        };
+        let fred_config = Config {
             fail_fast: true,
-            ..Default::default()
+            ..transport.config(server, &master)
         };
         let mut builder = Builder::from_config(fred_config);
         builder
@@ -119,6 +123,7 @@ impl Group {
         Ok(Group {
             name: config.name.clone(),
             watched,
+            transport: transport.clone(),
             builder,
             client,
             timed,
@@ -254,6 +259,16 @@ impl Group {
     /// The Sentinels watching this group, if any.
     pub fn sentinels(&self) -> Option<&Watched> {
         self.watched.as_ref()
+    }
+
+    /// The configuration of a direct client to one of this group's Sentinels (`None` for a
+    /// group without Sentinels): the group's Sentinel credentials and the engine's TLS.
+    pub fn sentinel_config(&self, host: &str, port: u16) -> Option<Config> {
+        let watched = self.watched.as_ref()?;
+        Some(self.transport.config(
+            ServerConfig::new_centralized(host, port),
+            &watched.credentials,
+        ))
     }
 
     /// The underlying client (shared with the Sentinel watcher, which reconnects it).

@@ -218,7 +218,11 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
     };
     let asks = watched.addresses.iter().map(|(host, port)| async move {
         let sentinel = format!("{host}:{port}");
-        match ask_sentinel(host, *port, &watched.service, &watched.auth).await {
+        let answer = match group.sentinel_config(host, *port) {
+            Some(config) => ask_sentinel(config, &watched.service).await,
+            None => Err("not a Sentinel-watched group".to_string()),
+        };
+        match answer {
             Ok(master) => SentinelView {
                 sentinel,
                 master: Some(master),
@@ -234,18 +238,7 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
     futures::future::join_all(asks).await
 }
 
-async fn ask_sentinel(
-    host: &str,
-    port: u16,
-    service: &str,
-    (username, password): &(Option<String>, Option<String>),
-) -> Result<String, String> {
-    let config = Config {
-        server: ServerConfig::new_centralized(host, port),
-        username: username.clone(),
-        password: password.clone(),
-        ..Default::default()
-    };
+async fn ask_sentinel(config: Config, service: &str) -> Result<String, String> {
     let client = Builder::from_config(config)
         .with_connection_config(|c| c.connection_timeout = SENTINEL_TIMEOUT)
         .with_performance_config(|p| p.default_command_timeout = SENTINEL_TIMEOUT)

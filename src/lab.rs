@@ -10,6 +10,13 @@
 //!
 //! Each node lives in `<dir>/<name>/` (`g1-master`, `g1-replica1`, `sentinel1`) with its config
 //! file and log. Nothing is persisted: a restarted node comes back empty.
+//!
+//! Security options: with a password every node requires it (`requirepass`, `masterauth`,
+//! Sentinel's `auth-pass` and `sentinel-pass`). With TLS the lab writes a private CA and
+//! certificates to `<dir>/tls/` and every node listens on TLS only (`port 0`, `tls-port`),
+//! requires client certificates and replicates over TLS; the lab's own control client speaks
+//! TLS with the same settings as the engine, so no plaintext port is left open beside it and
+//! the port layout stays the same.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -22,9 +29,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GroupConfig, Topology};
+use crate::config::{GroupConfig, TlsSettings, Topology};
 
 const STATE_FILE: &str = "lab.json";
+/// Subdirectory of the lab's CA and certificates.
+const TLS_DIR: &str = "tls";
 const CONFIG_FILE: &str = "quorumlock.toml";
 /// Thirteen processes on two busy cores normally need well under a second; the margin is for
 /// CI machines running several labs at once.
@@ -49,6 +58,10 @@ pub enum LabError {
     RedisServerMissing(#[from] crate::install::InstallError),
     #[error("invalid lab settings: {0}")]
     InvalidSpec(String),
+    #[error("cannot create the lab's TLS certificates: {0}")]
+    Certificates(String),
+    #[error("the lab's TLS files cannot be used: {0}")]
+    Tls(#[from] crate::config::ConfigError),
     #[error(
         "port {port} (for {node}) is already in use; pick another --base-port (this lab needs {needed} consecutive ports) or leave --base-port out to use free ports"
     )]
@@ -136,6 +149,12 @@ pub struct LabSpec {
     pub down_after_ms: u64,
     /// Sentinel failover timeout; also how long before a failed failover is retried.
     pub failover_timeout_ms: u64,
+    /// Password every node (and Sentinel) requires; written into the topology.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// TLS only, with mutual authentication, under a CA generated in `<dir>/tls/`.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 impl LabSpec {
@@ -149,6 +168,8 @@ impl LabSpec {
             dir: dir.into(),
             down_after_ms: 500,
             failover_timeout_ms: 2000,
+            password: None,
+            tls: false,
         }
     }
 
@@ -172,6 +193,18 @@ impl LabSpec {
         }
         if self.down_after_ms == 0 || self.failover_timeout_ms == 0 {
             return invalid("down_after_ms and failover_timeout_ms must be above 0".into());
+        }
+        // Redis config files and AUTH split on whitespace; quotes would survive as text.
+        if let Some(password) = &self.password
+            && (password.is_empty()
+                || password
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control() || c == '"' || c == '\\'))
+        {
+            return invalid(
+                "the password must be non-empty, without spaces, quotes, backslashes or control characters"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -270,6 +303,8 @@ pub struct Lab {
     /// Processes this process spawned; they must be waited on or they linger as zombies.
     children: HashMap<u32, Child>,
     owned: bool,
+    /// How the lab's own client reaches the nodes (password, TLS).
+    control: resp::Control,
 }
 
 /// A node about to be started.
@@ -299,9 +334,13 @@ impl Lab {
         let dir = prepare_dir(&spec.dir)?;
         refuse_if_running(&dir)?;
         let spec = LabSpec { dir, ..spec };
+        if spec.tls {
+            write_certificates(&spec.dir)?;
+        }
+        let control = resp::Control::new(&spec)?;
         let mut attempt = 1;
         loop {
-            match Lab::start_once(&spec, &redis).await {
+            match Lab::start_once(&spec, &redis, &control).await {
                 // Free ports are released before redis-server binds them, so another process
                 // (often a lab started at the same moment) can take one in between.
                 Err(LabError::PortTaken { port, .. })
@@ -315,7 +354,11 @@ impl Lab {
         }
     }
 
-    async fn start_once(spec: &LabSpec, redis: &Path) -> Result<Lab, LabError> {
+    async fn start_once(
+        spec: &LabSpec,
+        redis: &Path,
+        control: &resp::Control,
+    ) -> Result<Lab, LabError> {
         let ports = match spec.base_port {
             Some(base) => consecutive_ports(base, spec.node_count())?,
             None => free_ports(spec.node_count())?,
@@ -336,6 +379,7 @@ impl Lab {
             },
             children: HashMap::new(),
             owned: true,
+            control: control.clone(),
         };
         let (masters, others): (Vec<_>, Vec<_>) = slots
             .iter()
@@ -368,7 +412,7 @@ impl Lab {
         let marker = crate::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
         for record in self.records(NodeKind::Master) {
             let args = ["EVAL", crate::scripts::ADMIT_LUA, "1", marker.as_str(), "0"];
-            resp::call(record.port, &args, CONTROL_TIMEOUT)
+            resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
                 .await
                 .map_err(|reason| LabError::Admit {
                     node: record.name.clone(),
@@ -381,10 +425,13 @@ impl Lab {
     /// Attaches to a lab started by an earlier process, from `<dir>/lab.json`. Dropping the
     /// returned value leaves the lab running; use [`Lab::stop`] to end it.
     pub fn open(dir: &Path) -> Result<Lab, LabError> {
+        let state = read_state(dir)?;
+        let control = resp::Control::new(&state.spec)?;
         Ok(Lab {
-            state: read_state(dir)?,
+            state,
             children: HashMap::new(),
             owned: false,
+            control,
         })
     }
 
@@ -416,19 +463,30 @@ impl Lab {
             .records(NodeKind::Sentinel)
             .map(|node| format!("127.0.0.1:{}", node.port))
             .collect();
+        let password = self.state.spec.password.clone();
         let groups = self
             .records(NodeKind::Master)
             .enumerate()
             .map(|(index, master)| {
                 let name = group_name(index);
-                if sentinels.is_empty() {
+                let group = if sentinels.is_empty() {
                     GroupConfig::direct(&name, &format!("127.0.0.1:{}", master.port))
                 } else {
-                    GroupConfig::sentinel(&name, sentinels.clone(), &name)
+                    GroupConfig {
+                        sentinel_password: password.clone(),
+                        ..GroupConfig::sentinel(&name, sentinels.clone(), &name)
+                    }
+                };
+                GroupConfig {
+                    password: password.clone(),
+                    ..group
                 }
             })
             .collect();
-        Topology::new(groups)
+        Topology {
+            tls: self.state.spec.tls.then(|| tls_settings(self.dir())),
+            ..Topology::new(groups)
+        }
     }
 
     /// `<dir>/quorumlock.toml`, written by [`Lab::start`].
@@ -531,7 +589,7 @@ impl Lab {
         let alive = is_lab_process(record);
         let frozen = self.state.frozen.contains(&record.port);
         let role = if alive && !frozen {
-            resp::call(record.port, &["ROLE"], STATUS_TIMEOUT)
+            resp::call(&self.control, record.port, &["ROLE"], STATUS_TIMEOUT)
                 .await
                 .ok()
                 .and_then(|reply| parse_role(&reply))
@@ -616,7 +674,7 @@ impl Lab {
                 continue;
             }
             let args = ["SENTINEL", "get-master-addr-by-name", service.as_str()];
-            let port = resp::call(sentinel.port, &args, CONTROL_TIMEOUT)
+            let port = resp::call(&self.control, sentinel.port, &args, CONTROL_TIMEOUT)
                 .await
                 .and_then(|reply| parse_master_addr(&reply));
             match port {
@@ -789,9 +847,11 @@ impl Lab {
             let record = &self.state.nodes[index];
             let result = match (readiness, record.kind) {
                 (Readiness::Answers, _) | (Readiness::Serving, NodeKind::Master) => {
-                    ping(record.port).await
+                    ping(&self.control, record.port).await
                 }
-                (Readiness::Serving, NodeKind::Replica) => replica_link_up(record.port).await,
+                (Readiness::Serving, NodeKind::Replica) => {
+                    replica_link_up(&self.control, record.port).await
+                }
                 (Readiness::Serving, NodeKind::Sentinel) => self.sentinel_sees_all(record).await,
             };
             if let Err(reason) = result {
@@ -808,6 +868,7 @@ impl Lab {
         for (group, master) in self.records(NodeKind::Master).enumerate() {
             let service = group_name(group);
             let reply = resp::call(
+                &self.control,
                 sentinel.port,
                 &["SENTINEL", "MASTER", &service],
                 CONTROL_TIMEOUT,
@@ -1033,9 +1094,9 @@ fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         .map(|slot| {
             let node_dir = spec.dir.join(&slot.name);
             match slot.kind {
-                NodeKind::Master => data_conf(slot.port, &node_dir, None),
+                NodeKind::Master => data_conf(spec, slot.port, &node_dir, None),
                 NodeKind::Replica => {
-                    data_conf(slot.port, &node_dir, slot.group.and_then(master_port))
+                    data_conf(spec, slot.port, &node_dir, slot.group.and_then(master_port))
                 }
                 NodeKind::Sentinel => sentinel_conf(spec, slot, &node_dir, slots, &sentinel_ids),
             }
@@ -1043,10 +1104,10 @@ fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         .collect()
 }
 
-fn data_conf(port: u16, node_dir: &Path, replica_of: Option<u16>) -> String {
+fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>) -> String {
     let mut conf = format!(
         "# Written by quorumlock lab. Sentinel may rewrite it when it reconfigures this node.\n\
-         port {port}\n\
+         {}\
          bind 127.0.0.1\n\
          daemonize no\n\
          logfile \"\"\n\
@@ -1057,8 +1118,13 @@ fn data_conf(port: u16, node_dir: &Path, replica_of: Option<u16>) -> String {
          repl-diskless-sync yes\n\
          repl-diskless-sync-delay 0\n\
          repl-diskless-load swapdb\n",
+        listen_conf(spec, port),
         quote(node_dir)
     );
+    if let Some(password) = &spec.password {
+        // A replica authenticates to its master, and a master becomes a replica after a failover.
+        conf.push_str(&format!("requirepass {password}\nmasterauth {password}\n"));
+    }
     if let Some(master) = replica_of {
         conf.push_str(&format!("replicaof 127.0.0.1 {master}\n"));
     }
@@ -1082,15 +1148,21 @@ fn sentinel_conf(
         .unwrap_or_default();
     let mut conf = format!(
         "# Written by quorumlock lab; Sentinel rewrites it as it learns.\n\
-         port {}\n\
+         {}\
          bind 127.0.0.1\n\
          daemonize no\n\
          logfile \"\"\n\
          dir {}\n\
          sentinel myid {my_id}\n",
-        me.port,
+        listen_conf(spec, me.port),
         quote(node_dir)
     );
+    if let Some(password) = &spec.password {
+        // Sentinels talk to each other too, so each presents the password the others require.
+        conf.push_str(&format!(
+            "requirepass {password}\nsentinel sentinel-pass {password}\n"
+        ));
+    }
     for master in slots.iter().filter(|slot| slot.kind == NodeKind::Master) {
         let Some(group) = master.group else { continue };
         let name = group_name(group);
@@ -1101,6 +1173,9 @@ fn sentinel_conf(
              sentinel parallel-syncs {name} 1\n",
             master.port, spec.down_after_ms, spec.failover_timeout_ms
         ));
+        if let Some(password) = &spec.password {
+            conf.push_str(&format!("sentinel auth-pass {name} {password}\n"));
+        }
         let replicas = slots
             .iter()
             .filter(|slot| slot.kind == NodeKind::Replica && slot.group == Some(group));
@@ -1125,6 +1200,97 @@ fn random_sentinel_id() -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// The listening lines of a node: a plain port, or TLS only with client certificates. With
+/// `tls-replication` replicas and Sentinels connect over TLS and announce their TLS port.
+fn listen_conf(spec: &LabSpec, port: u16) -> String {
+    if !spec.tls {
+        return format!("port {port}\n");
+    }
+    let tls = spec.dir.join(TLS_DIR);
+    format!(
+        "port 0\n\
+         tls-port {port}\n\
+         tls-cert-file {}\n\
+         tls-key-file {}\n\
+         tls-ca-cert-file {}\n\
+         tls-auth-clients yes\n\
+         tls-replication yes\n",
+        quote(&tls.join("node.crt")),
+        quote(&tls.join("node.key")),
+        quote(&tls.join("ca.crt")),
+    )
+}
+
+/// The `[tls]` table of a TLS lab: its CA, and the client certificate every node requires.
+fn tls_settings(dir: &Path) -> TlsSettings {
+    let tls = dir.join(TLS_DIR);
+    TlsSettings {
+        ca_file: Some(tls.join("ca.crt")),
+        cert_file: Some(tls.join("client.crt")),
+        key_file: Some(tls.join("client.key")),
+        server_name: None,
+    }
+}
+
+/// Writes a fresh CA, a certificate for the nodes (server and, for replication and Sentinel
+/// links, client) and one for clients, all for 127.0.0.1 and localhost.
+fn write_certificates(dir: &Path) -> Result<(), LabError> {
+    use rcgen::ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
+    let tls = dir.join(TLS_DIR);
+    fs::create_dir_all(&tls).map_err(io_error("create TLS directory", &tls))?;
+    let failed = |error: rcgen::Error| LabError::Certificates(error.to_string());
+    let ca = certificates::authority().map_err(failed)?;
+    write_file(&tls.join("ca.crt"), &ca.pem())?;
+    for (name, usages) in [
+        ("node", vec![ServerAuth, ClientAuth]),
+        ("client", vec![ClientAuth]),
+    ] {
+        let (certificate, key) = certificates::leaf(&ca, name, usages).map_err(failed)?;
+        write_file(&tls.join(format!("{name}.crt")), &certificate)?;
+        write_file(&tls.join(format!("{name}.key")), &key)?;
+    }
+    Ok(())
+}
+
+/// The lab's private CA and the certificates it signs (ring-backed rcgen).
+mod certificates {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, DnType, Error,
+        ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    };
+
+    pub fn authority() -> Result<CertifiedIssuer<'static, KeyPair>, Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "quorumlock lab CA");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        CertifiedIssuer::self_signed(params, KeyPair::generate()?)
+    }
+
+    /// A certificate and its private key, both PEM.
+    pub fn leaf(
+        ca: &CertifiedIssuer<'static, KeyPair>,
+        name: &str,
+        usages: Vec<ExtendedKeyUsagePurpose>,
+    ) -> Result<(String, String), Error> {
+        let mut params =
+            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("quorumlock lab {name}"));
+        params.extended_key_usages = usages;
+        let key = KeyPair::generate()?;
+        let certificate = params.signed_by(&key, ca)?;
+        Ok((certificate.pem(), key.serialize_pem()))
+    }
 }
 
 /// Quotes a path for a Redis config file.
@@ -1218,15 +1384,15 @@ fn is_lab_process(record: &NodeRecord) -> bool {
             .any(|word| word.ends_with(&port_suffix) || word == conf)
 }
 
-async fn ping(port: u16) -> Result<(), String> {
-    match resp::call(port, &["PING"], CONTROL_TIMEOUT).await? {
+async fn ping(control: &resp::Control, port: u16) -> Result<(), String> {
+    match resp::call(control, port, &["PING"], CONTROL_TIMEOUT).await? {
         resp::Reply::Status(pong) if pong == "PONG" => Ok(()),
         other => Err(format!("unexpected PING reply {other:?}")),
     }
 }
 
-async fn replica_link_up(port: u16) -> Result<(), String> {
-    let reply = resp::call(port, &["INFO", "replication"], CONTROL_TIMEOUT).await?;
+async fn replica_link_up(control: &resp::Control, port: u16) -> Result<(), String> {
+    let reply = resp::call(control, port, &["INFO", "replication"], CONTROL_TIMEOUT).await?;
     let info = reply.text().unwrap_or_default();
     if info
         .lines()
@@ -1276,10 +1442,37 @@ fn field_map(reply: &resp::Reply) -> HashMap<String, String> {
 /// commands with hard per-call deadlines on nodes that may be frozen, dead or half started;
 /// a bare socket per call is the most predictable way to get that.
 mod resp {
+    use std::net::{IpAddr, Ipv4Addr};
     use std::time::Duration;
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
     use tokio::net::TcpStream;
+    use tokio_rustls::TlsConnector;
+
+    use super::{LabError, LabSpec, tls_settings};
+
+    /// How to reach the lab's nodes: the password they require and, for a TLS lab, the same
+    /// TLS client settings the lab writes into its topology.
+    #[derive(Clone)]
+    pub struct Control {
+        password: Option<String>,
+        tls: Option<TlsConnector>,
+    }
+
+    impl Control {
+        pub fn new(spec: &LabSpec) -> Result<Self, LabError> {
+            let tls = if spec.tls {
+                Some(crate::security::tokio_connector(&tls_settings(&spec.dir))?)
+            } else {
+                None
+            };
+            Ok(Control {
+                password: spec.password.clone(),
+                tls,
+            })
+        }
+    }
 
     #[derive(Debug, Clone, PartialEq)]
     pub enum Reply {
@@ -1316,27 +1509,71 @@ mod resp {
 
     /// Connects, sends one command and reads one reply, all within `timeout`. An error reply
     /// comes back as `Err` with the server's message.
-    pub async fn call(port: u16, args: &[&str], timeout: Duration) -> Result<Reply, String> {
-        match tokio::time::timeout(timeout, exchange(port, args)).await {
+    pub async fn call(
+        control: &Control,
+        port: u16,
+        args: &[&str],
+        timeout: Duration,
+    ) -> Result<Reply, String> {
+        match tokio::time::timeout(timeout, connect_and_exchange(control, port, args)).await {
             Ok(Ok(Reply::Error(message))) => Err(message),
             Ok(result) => result,
             Err(_) => Err(format!("no reply within {} ms", timeout.as_millis())),
         }
     }
 
-    async fn exchange(port: u16, args: &[&str]) -> Result<Reply, String> {
-        let mut stream = TcpStream::connect(("127.0.0.1", port))
+    async fn connect_and_exchange(
+        control: &Control,
+        port: u16,
+        args: &[&str],
+    ) -> Result<Reply, String> {
+        let stream = TcpStream::connect(("127.0.0.1", port))
             .await
             .map_err(|error| format!("cannot connect to 127.0.0.1:{port}: {error}"))?;
+        let password = control.password.as_deref();
+        match &control.tls {
+            None => exchange(stream, port, password, args).await,
+            Some(connector) => {
+                let name = ServerName::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST).into());
+                let stream = connector
+                    .connect(name, stream)
+                    .await
+                    .map_err(|error| format!("TLS handshake with 127.0.0.1:{port}: {error}"))?;
+                exchange(stream, port, password, args).await
+            }
+        }
+    }
+
+    /// Sends AUTH (when there is a password) and the command in one write, and answers the
+    /// command's reply once AUTH has been accepted.
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+        mut stream: S,
+        port: u16,
+        password: Option<&str>,
+        args: &[&str],
+    ) -> Result<Reply, String> {
+        let mut request = Vec::new();
+        if let Some(password) = password {
+            request.extend(encode(&["AUTH", password]));
+        }
+        request.extend(encode(args));
         stream
-            .write_all(&encode(args))
+            .write_all(&request)
             .await
             .map_err(|error| format!("cannot send to 127.0.0.1:{port}: {error}"))?;
+        let mut replies_left = if password.is_some() { 2 } else { 1 };
         let mut buffer = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
-            if let Some((reply, _)) = parse(&buffer)? {
-                return Ok(reply);
+            while let Some((reply, used)) = parse(&buffer)? {
+                replies_left -= 1;
+                if replies_left == 0 {
+                    return Ok(reply);
+                }
+                if let Reply::Error(message) = reply {
+                    return Err(format!("AUTH refused by 127.0.0.1:{port}: {message}"));
+                }
+                buffer.drain(..used);
             }
             let read = stream
                 .read(&mut chunk)

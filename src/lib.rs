@@ -21,6 +21,7 @@
 //! - [`config`]: the topology file (groups, Sentinels, timeouts, drift) and its validation.
 //! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
 //! - `scripts`: the `lua/` files, compiled in and named once.
+//! - [`security`]: ACL credentials and TLS, applied alike to every client the engine builds.
 //! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
 //! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
 //! - `waiters`: release announcements that wake denied acquires instead of polling.
@@ -53,10 +54,11 @@ pub mod mcp;
 mod quorum;
 pub mod resource;
 mod scripts;
+pub mod security;
 pub mod sentinel;
 mod waiters;
 
-pub use config::{ConfigError, GroupConfig, Topology};
+pub use config::{ConfigError, GroupConfig, TlsSettings, Topology};
 pub use error::{Error, Holder};
 pub use health::{Admission, GroupHealth, Health};
 pub use inspect::{GroupView, ListedLock, LockList, LockStatus};

@@ -21,6 +21,7 @@ use crate::lease::Lease;
 use crate::quorum::{GroupVote, Reply, Vote, count, fan_out};
 use crate::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::scripts;
+use crate::security::Transport;
 use crate::sentinel::{Failover, SentinelWatch};
 use crate::waiters::{Waiters, Watch};
 use tokio::sync::broadcast;
@@ -138,9 +139,10 @@ impl Locks {
     /// call: they reconnect in the background and vote "error" meanwhile.
     pub async fn connect(topology: Topology) -> Result<Locks, Error> {
         topology.validate()?;
+        let transport = Transport::from_topology(&topology)?;
         let mut groups = Vec::with_capacity(topology.groups.len());
         for (index, config) in topology.groups.iter().enumerate() {
-            groups.push(Group::connect(index, config, &topology).await?);
+            groups.push(Group::connect(index, config, &topology, &transport).await?);
         }
         futures::future::join_all(groups.iter().map(Group::start)).await;
         let (failovers, _) = broadcast::channel(64);

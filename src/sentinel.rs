@@ -41,8 +41,7 @@ impl SentinelWatch {
     /// Subscribes to every distinct Sentinel of every Sentinel-watched group.
     pub async fn start(groups: &[Group], events: broadcast::Sender<Failover>) -> Self {
         let mut services: Services = HashMap::new();
-        let mut sentinels: BTreeMap<(String, u16), (Option<String>, Option<String>)> =
-            BTreeMap::new();
+        let mut sentinels: BTreeMap<(String, u16), Config> = BTreeMap::new();
         for group in groups {
             let Some(watched) = group.sentinels() else {
                 continue;
@@ -51,8 +50,10 @@ impl SentinelWatch {
                 .entry(watched.service.clone())
                 .or_default()
                 .push((group.name.clone(), group.client().clone()));
-            for address in &watched.addresses {
-                sentinels.insert(address.clone(), watched.auth.clone());
+            for (host, port) in &watched.addresses {
+                if let Some(config) = group.sentinel_config(host, *port) {
+                    sentinels.insert((host.clone(), *port), config);
+                }
             }
         }
         let services = Arc::new(services);
@@ -62,13 +63,10 @@ impl SentinelWatch {
             subscribers: Vec::new(),
             tasks: Vec::new(),
         };
-        for ((host, port), (username, password)) in sentinels {
+        for config in sentinels.into_values() {
             let config = Config {
-                server: ServerConfig::new_centralized(host, port),
-                username,
-                password,
                 fail_fast: true,
-                ..Default::default()
+                ..config
             };
             let Ok(subscriber) = Builder::from_config(config)
                 .with_connection_config(|c| c.connection_timeout = CONNECT_TIMEOUT)

@@ -18,7 +18,8 @@ pub enum LabCommand {
     #[command(after_help = "Examples:
   quorumlock lab up                            # 5 groups x (master + replica), 3 Sentinels, free ports
   quorumlock lab up --base-port 7000 --groups 3
-  quorumlock lab up --sentinels 0 --replicas 0 # plain masters, no failover")]
+  quorumlock lab up --sentinels 0 --replicas 0 # plain masters, no failover
+  quorumlock lab up --tls --password s3cret    # TLS only (private CA in <lab dir>/tls), auth")]
     Up {
         /// First of a block of consecutive ports: masters, then replicas, then Sentinels.
         /// Default: free ports chosen by the OS.
@@ -39,6 +40,12 @@ pub enum LabCommand {
         /// Sentinel failover timeout in milliseconds.
         #[arg(long, default_value_t = 2000)]
         failover_timeout_ms: u64,
+        /// Password every node and Sentinel requires (written into the lab's quorumlock.toml).
+        #[arg(long, env = "QUORUMLOCK_LAB_PASSWORD")]
+        password: Option<String>,
+        /// Listen on TLS only, with client certificates, under a CA generated in the lab dir.
+        #[arg(long)]
+        tls: bool,
     },
     /// Stop every process of the lab (by PID) and remove its state file.
     Down,
@@ -85,6 +92,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             sentinels,
             down_after_ms,
             failover_timeout_ms,
+            password,
+            tls,
         } => {
             let spec = LabSpec {
                 groups,
@@ -93,6 +102,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 base_port,
                 down_after_ms,
                 failover_timeout_ms,
+                password,
+                tls,
                 ..LabSpec::new(dir)
             };
             up(spec).await
@@ -176,8 +187,14 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
         0 => "no Sentinels".to_string(),
         count => format!("{count} Sentinels"),
     };
+    let security = match (spec.tls, spec.password.is_some()) {
+        (false, false) => "",
+        (true, false) => ", TLS",
+        (false, true) => ", password",
+        (true, true) => ", TLS + password",
+    };
     println!(
-        "lab up in {:.1} s: {} groups ({members}), {watchers}, {} processes; files in {}",
+        "lab up in {:.1} s: {} groups ({members}), {watchers}{security}, {} processes; files in {}",
         started.elapsed().as_secs_f64(),
         spec.groups,
         lab.pids().len(),
