@@ -107,12 +107,20 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
         .ttl(1_500 * MS)
         .await
         .expect("holder");
-    assert!(
-        fx.values_of(&lock_key("precious"))
-            .await
-            .iter()
-            .all(Option::is_some)
-    );
+    // The vote was decided at the third grant; wait until the last two land too, so the
+    // restarts below take the holder's grant away from a majority.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !fx
+        .values_of(&lock_key("precious"))
+        .await
+        .iter()
+        .all(Option::is_some)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the holder's grant never reached every group"
+        );
+    }
 
     // A majority of masters comes back without the holder's grant.
     for group in 0..3 {
