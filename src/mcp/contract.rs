@@ -163,7 +163,8 @@ pub struct QuorumReport {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct GroupVoteView {
     pub group: String,
-    /// `granted`, `held` (someone else holds it there), `fence_ahead`, `not_held`, `timeout`,
+    /// `granted`, `held` (someone else holds it there), `fence_ahead`, `not_held`,
+    /// `quarantined` (a new master sitting out; `remaining_ms` says how long), `timeout`,
     /// `error`, or `not_awaited` (the vote was decided before this group answered).
     pub vote: String,
     #[serde(skip_serializing_if = "Option::is_none")]
