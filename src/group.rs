@@ -36,11 +36,34 @@ pub(crate) struct Group {
     watched: Option<Watched>,
     /// TLS shared by every client of the engine, for the Sentinel clients made on demand.
     transport: Transport,
+    /// Loads the scripts onto every master this client connects to (after failovers too).
+    script_loader: tokio::task::JoinHandle<()>,
     /// How this group's clients are built, kept for the release subscriber made on demand.
     builder: Builder,
     client: Client,
     /// The same client with the per-call timeout and fail-fast applied to every command.
     timed: WithOptions<Client>,
+}
+
+/// Loads every script; a failure only means the first call pays a NOSCRIPT round trip.
+async fn load_scripts(client: &Client) {
+    for script in crate::scripts::all() {
+        if let Some(lua) = script.lua() {
+            let _ = client.script_load::<String, _>(lua.clone()).await;
+        }
+    }
+}
+
+async fn load_scripts_on_reconnect(client: Client) {
+    let mut reconnects = client.reconnect_rx();
+    loop {
+        match reconnects.recv().await {
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                load_scripts(&client).await
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
 }
 
 fn reconnect_policy() -> ReconnectPolicy {
@@ -120,8 +143,10 @@ impl Group {
             max_attempts: Some(1),
             ..Default::default()
         });
+        let script_loader = tokio::spawn(load_scripts_on_reconnect(client.clone()));
         Ok(Group {
             name: config.name.clone(),
+            script_loader,
             watched,
             transport: transport.clone(),
             builder,
@@ -134,7 +159,10 @@ impl Group {
     pub async fn start(&self) {
         let _task = self.client.connect();
         match tokio::time::timeout(CONNECT_TIMEOUT, self.client.wait_for_connect()).await {
-            Ok(Ok(())) => tracing::debug!(group = %self.name, "connected"),
+            Ok(Ok(())) => {
+                tracing::debug!(group = %self.name, "connected");
+                load_scripts(&self.client).await;
+            }
             Ok(Err(error)) => {
                 tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background")
             }
@@ -279,5 +307,11 @@ impl Group {
     /// Closes the connection.
     pub async fn quit(&self) {
         let _ = self.client.quit().await;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.script_loader.abort();
     }
 }

@@ -36,5 +36,18 @@ pub(crate) static INSPECT: LazyLock<Script> =
 pub(crate) static ADMISSION_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../lua/admission_state.lua")));
 
+/// Every script the engine runs by SHA, to load onto a master before its first lock call:
+/// a NOSCRIPT round trip on the hot path would delay that group past the vote.
+pub(crate) fn all() -> [&'static Script; 6] {
+    [
+        &ACQUIRE,
+        &EXTEND,
+        &RELEASE,
+        &FORCE_RELEASE,
+        &INSPECT,
+        &ADMISSION_STATE,
+    ]
+}
+
 /// Admits a master's current replication history to the vote (bootstrap of fresh masters).
 pub const ADMIT_LUA: &str = include_str!("../lua/admit.lua");
