@@ -4,13 +4,15 @@ use crate::config::ConfigError;
 use crate::quorum::{GroupVote, Vote, failed_group_names};
 
 /// Who holds a lock, as far as the groups told us.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct Holder {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purpose: Option<String>,
-    /// Time left on the holder's lease, in milliseconds (as seen by one group).
+    /// Milliseconds left on the holder's lease (it may extend it).
     pub remaining_ms: u64,
 }
 

@@ -180,16 +180,8 @@ pub struct GroupVoteView {
     pub message: Option<String>,
 }
 
-/// Who holds a lock.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct HolderView {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub purpose: Option<String>,
-    /// Milliseconds left on the holder's lease (it may extend it).
-    pub remaining_ms: u64,
-}
+/// Who holds a lock: the engine's own type, so the contract cannot drift from it.
+pub use crate::error::Holder as HolderView;
 
 /// Result of `release_lock`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -387,16 +379,6 @@ impl From<&GroupVote> for GroupVoteView {
         }
         .to_string();
         view
-    }
-}
-
-impl From<crate::error::Holder> for HolderView {
-    fn from(holder: crate::error::Holder) -> Self {
-        HolderView {
-            owner: holder.owner,
-            purpose: holder.purpose,
-            remaining_ms: holder.remaining_ms,
-        }
     }
 }
 

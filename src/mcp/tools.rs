@@ -16,7 +16,7 @@ use crate::health::Admission;
 use super::arguments::{self, decode};
 use super::contract::{
     AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
-    ExtendLockResult, GroupHealthView, GroupStateView, HolderView, ListLocksArgs, ListLocksResult,
+    ExtendLockResult, GroupHealthView, GroupStateView, ListLocksArgs, ListLocksResult,
     ListedLockView, LockStatusArgs, LockStatusResult, QuorumReport, ReleaseLockArgs,
     ReleaseLockResult, rfc3339,
 };
@@ -367,7 +367,7 @@ impl LockServer {
         let result = LockStatusResult {
             resource: status.resource,
             held: status.held,
-            holder: status.holder.map(HolderView::from),
+            holder: status.holder,
             fencing_token: status.fencing_token,
             groups: status
                 .groups
@@ -515,14 +515,7 @@ fn held_reply(
         expires_at: None,
         keepalive: None,
         quorum: None,
-        holder: Some(holder.map_or(
-            HolderView {
-                owner: None,
-                purpose: None,
-                remaining_ms: 0,
-            },
-            HolderView::from,
-        )),
+        holder: Some(holder.unwrap_or_default()),
         retry_after_ms: Some(retry_after_ms),
     };
     Reply::new(summary, &result)
