@@ -1,29 +1,28 @@
 -- Grant the lock on this group when it is free (or already ours) and our fencing proposal is
--- above the highest fence this group has committed. (admission.lua is prepended.)
--- KEYS: lock, fence, owner, admission marker
--- ARGV: token, ttl_ms, fence proposal, owner metadata (JSON), quarantine_ms
--- Returns {1} granted | {0, pttl_ms, metadata} held by another token | {2, stored_fence}
+-- above the highest fence this group has committed. (holder.lua and admission.lua are
+-- prepended.)
+-- KEYS: lock, fence, admission marker
+-- ARGV: token, ttl_ms, fence proposal, owner record (JSON), quarantine_ms
+-- Returns {1} granted | {0, pttl_ms, owner record} held by another token | {2, stored_fence}
 --       | {3, quarantine_left_ms}
-local left = quarantine_left()
+local left = quarantine_left(KEYS[#KEYS], ARGV[#ARGV])
 if left > 0 then
   return {3, left}
 end
-local holder = redis.call('GET', KEYS[1])
+local holder, record = holder_of(redis.call('GET', KEYS[1]))
 if holder and holder ~= ARGV[1] then
-  return {0, redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[3]) or ''}
+  return {0, redis.call('PTTL', KEYS[1]), record}
 end
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local proposal = tonumber(ARGV[3])
 -- A retried delivery of this very grant finds its own token and fence: answer it again.
 if holder == ARGV[1] and stored == proposal then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1}
 end
 if stored >= proposal then
   return {2, redis.call('GET', KEYS[2])}
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[4], 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[3])
-redis.call('SET', KEYS[3], ARGV[4], 'PX', ARGV[2])
 return {1}

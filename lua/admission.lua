@@ -4,19 +4,25 @@
 -- every lease it may have missed has expired: the "delayed restart" rule, read from the server
 -- itself, so it holds for clients that start after the failover too. The marker is written
 -- without replication, so a replica never inherits its master's admission.
--- Uses the last KEYS entry (the marker) and the last ARGV entry (the quarantine in ms).
-local function quarantine_left()
-  local marker = KEYS[#KEYS]
+-- Takes the marker key and the quarantine in ms. The answer is kept for the rest of the script
+-- run, so a batch of lock calls (batch.lua) reads the replication history once.
+local admission_left
+local function quarantine_left(marker, quarantine)
+  if admission_left then
+    return admission_left
+  end
   local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local admitted = redis.call('HMGET', marker, 'history', 'vote_from')
   if admitted[1] ~= history then
-    local quarantine = tonumber(ARGV[#ARGV])
+    quarantine = tonumber(quarantine)
     redis.set_repl(redis.REPL_NONE)
     redis.call('HSET', marker, 'history', history, 'vote_from', now + quarantine)
     redis.set_repl(redis.REPL_ALL)
-    return quarantine
+    admission_left = quarantine
+  else
+    admission_left = tonumber(admitted[2]) - now
   end
-  return tonumber(admitted[2]) - now
+  return admission_left
 end

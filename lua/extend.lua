@@ -1,13 +1,13 @@
--- Renew the lock's TTL only when it still carries our token. (admission.lua is prepended.)
--- KEYS: lock, owner, admission marker   ARGV: token, ttl_ms, quarantine_ms
+-- Renew the lock's TTL only when it still carries our token. (holder.lua and admission.lua
+-- are prepended.)
+-- KEYS: lock, admission marker   ARGV: token, ttl_ms, quarantine_ms
 -- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms}
-local left = quarantine_left()
+local left = quarantine_left(KEYS[#KEYS], ARGV[#ARGV])
 if left > 0 then
   return {3, left}
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if holder_of(redis.call('GET', KEYS[1])) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[2])
   return {1}
 end
 return {0}

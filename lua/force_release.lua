@@ -1,10 +1,9 @@
 -- Delete the lock whoever holds it (an operator's last resort for a stuck lock), and wake the
 -- waiters. The fence stays: the next holder must still get a larger fencing token than the
 -- evicted one.
--- KEYS: lock, owner   ARGV: release channel
+-- KEYS: lock   ARGV: release channel
 -- Returns 1 when a lock was there | 0
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('DEL', KEYS[2])
   redis.call('PUBLISH', ARGV[1], '')
   return 1
 end

@@ -1,9 +1,10 @@
--- Read one group's view of a lock without changing it.
--- KEYS: lock, fence, owner
--- Returns {token or '', pttl_ms, stored fence or '0', metadata or ''}
+-- Read one group's view of a lock without changing it. (holder.lua is prepended.)
+-- KEYS: lock, fence
+-- Returns {token or '', pttl_ms, stored fence or '0', owner record or ''}
+local holder, record = holder_of(redis.call('GET', KEYS[1]))
 return {
-  redis.call('GET', KEYS[1]) or '',
+  holder or '',
   redis.call('PTTL', KEYS[1]),
   redis.call('GET', KEYS[2]) or '0',
-  redis.call('GET', KEYS[3]) or '',
+  record,
 }

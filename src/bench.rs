@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use crate::checker::{Checker, Hold};
 use crate::error::Error;
+use crate::lease::Acquire;
 use crate::lock::Locks;
+use crate::resource::MAX_LABEL_BYTES;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -28,6 +30,40 @@ pub struct BenchOptions {
     pub hold: Duration,
     /// TTL of every benchmark lease.
     pub ttl: Duration,
+    /// Owner and purpose text stored with every lease (the payload of a grant).
+    pub owner: Option<String>,
+    pub purpose: Option<String>,
+}
+
+impl BenchOptions {
+    /// Owner and purpose texts adding up to `bytes` (at most two labels' worth).
+    pub fn with_payload(mut self, bytes: usize) -> Result<Self, Error> {
+        let limit = 2 * MAX_LABEL_BYTES;
+        if bytes > limit {
+            return Err(Error::invalid(
+                "payload_bytes",
+                format!(
+                    "{bytes} is above {limit} (owner and purpose, {MAX_LABEL_BYTES} bytes each)"
+                ),
+            ));
+        }
+        let owner = bytes.min(MAX_LABEL_BYTES);
+        self.owner = (owner > 0).then(|| "o".repeat(owner));
+        self.purpose = (bytes > owner).then(|| "p".repeat(bytes - owner));
+        Ok(self)
+    }
+
+    /// An acquire with the benchmark's TTL and payload.
+    fn acquire(&self, locks: &Locks, resource: &str) -> Acquire {
+        let mut acquire = locks.acquire(resource).ttl(self.ttl);
+        if let Some(owner) = &self.owner {
+            acquire = acquire.owner(owner.as_str());
+        }
+        if let Some(purpose) = &self.purpose {
+            acquire = acquire.purpose(purpose.as_str());
+        }
+        acquire
+    }
 }
 
 impl Default for BenchOptions {
@@ -39,6 +75,8 @@ impl Default for BenchOptions {
             contenders: 16,
             hold: Duration::from_millis(1),
             ttl: Duration::from_secs(10),
+            owner: None,
+            purpose: None,
         }
     }
 }
@@ -152,7 +190,7 @@ async fn sequential(
     let (mut acquired, mut released) = (histogram(), histogram());
     for _ in 0..options.samples {
         let started = Instant::now();
-        let lease = locks.acquire(resource).ttl(options.ttl).await?;
+        let lease = options.acquire(locks, resource).await?;
         acquired.saturating_record(micros(started.elapsed()));
         let started = Instant::now();
         lease.release().await?;
@@ -171,11 +209,12 @@ async fn cycles(
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
-            let (locks, resource, ttl) = (locks.clone(), format!("{prefix}:{task}"), options.ttl);
+            let (locks, resource, options) =
+                (locks.clone(), format!("{prefix}:{task}"), options.clone());
             tokio::spawn(async move {
                 let (mut done, mut errors) = (0u64, 0u64);
                 while Instant::now() < deadline {
-                    match locks.acquire(resource.as_str()).ttl(ttl).await {
+                    match options.acquire(&locks, &resource).await {
                         Ok(lease) => match lease.release().await {
                             Ok(_) => done += 1,
                             Err(_) => errors += 1,
@@ -210,16 +249,16 @@ async fn contend(locks: &Locks, options: &BenchOptions, resource: &str) -> Conte
     let tasks: Vec<_> = (0..options.contenders)
         .map(|_| {
             let (locks, checker, max_wait) = (locks.clone(), checker.clone(), max_wait.clone());
-            let (resource, ttl, hold) = (resource.to_string(), options.ttl, options.hold);
+            let (resource, options) = (resource.to_string(), options.clone());
             tokio::spawn(async move {
                 while Instant::now() < deadline {
                     let asked = Instant::now();
                     let wait = deadline.saturating_duration_since(asked);
-                    match locks.acquire(resource.as_str()).ttl(ttl).wait(wait).await {
+                    match options.acquire(&locks, &resource).wait(wait).await {
                         Ok(lease) => {
                             let acquired_at = Instant::now();
                             max_wait.fetch_max(micros(acquired_at - asked), Ordering::Relaxed);
-                            tokio::time::sleep(hold).await;
+                            tokio::time::sleep(options.hold).await;
                             checker.record(Hold::ending_now(&lease, acquired_at));
                             let _ = lease.release().await;
                         }

@@ -2,6 +2,7 @@
 //! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
 //! by SHA with a transparent reload on NOSCRIPT.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::WithOptions;
@@ -11,6 +12,7 @@ use fred::types::config::{Server, UnresponsiveConfig};
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
 
+use crate::batch::{Answer, Call, Lane};
 use crate::config::{Endpoint, GroupConfig, Topology};
 use crate::error::Error;
 use crate::quorum::Reply;
@@ -43,6 +45,60 @@ pub(crate) struct Group {
     client: Client,
     /// The same client with the per-call timeout and fail-fast applied to every command.
     timed: WithOptions<Client>,
+    /// Acquire, release and extend, batched while the master is busy.
+    lane: Arc<Lane>,
+}
+
+/// Runs `script` by SHA; on NOSCRIPT, loads it and runs it again.
+pub(crate) async fn eval_by_sha<R: FromValue>(
+    client: &WithOptions<Client>,
+    script: &Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+) -> Reply<R> {
+    let first = client
+        .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())
+        .await;
+    let result = match first {
+        Err(error) if error.details().starts_with("NOSCRIPT") => {
+            let lua = script.lua().cloned().unwrap_or_default();
+            match client.script_load::<String, _>(lua).await {
+                Ok(_) => client.evalsha(script.sha1().clone(), keys, args).await,
+                Err(error) => Err(error),
+            }
+        }
+        other => other,
+    };
+    match result {
+        Ok(answer) => Reply::Answer(answer),
+        Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+        Err(error) => Reply::Failed(error.to_string()),
+    }
+}
+
+/// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
+/// timeout_ms`; answers the script's reply and how many replicas acknowledged it.
+pub(crate) async fn eval_acknowledged<R: FromValue>(
+    client: &WithOptions<Client>,
+    script: &Script,
+    keys: Vec<Key>,
+    args: Vec<Value>,
+    replicas: u32,
+    timeout_ms: u64,
+) -> Reply<(R, i64)> {
+    let acknowledged = client.wait::<i64>(
+        i64::from(replicas),
+        i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+    );
+    let (answer, acknowledged) =
+        tokio::join!(eval_by_sha::<R>(client, script, keys, args), acknowledged);
+    match (answer, acknowledged) {
+        (Reply::Answer(answer), Ok(count)) => Reply::Answer((answer, count)),
+        (Reply::Answer(_), Err(error)) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+        (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
+        (Reply::Timeout, _) => Reply::Timeout,
+        (Reply::Failed(message), _) => Reply::Failed(message),
+    }
 }
 
 /// Loads every script; a failure only means the first call pays a NOSCRIPT round trip.
@@ -144,6 +200,9 @@ impl Group {
             ..Default::default()
         });
         let script_loader = tokio::spawn(load_scripts_on_reconnect(client.clone()));
+        let acks = (topology.replica_acks > 0)
+            .then_some((topology.replica_acks, topology.replica_ack_timeout_ms));
+        let lane = Arc::new(Lane::new(timed.clone(), call_timeout, acks));
         Ok(Group {
             name: config.name.clone(),
             script_loader,
@@ -152,6 +211,7 @@ impl Group {
             builder,
             client,
             timed,
+            lane,
         })
     }
 
@@ -172,32 +232,20 @@ impl Group {
         }
     }
 
-    /// Runs `script` by SHA within the per-call timeout; on NOSCRIPT, loads it and runs it again.
+    /// Runs `script` by SHA within the per-call timeout (not batched: inspection and
+    /// operator calls).
     pub async fn eval<R: FromValue>(
         &self,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Reply<R> {
-        let first = self
-            .timed
-            .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())
-            .await;
-        let result = match first {
-            Err(error) if error.details().starts_with("NOSCRIPT") => {
-                let lua = script.lua().cloned().unwrap_or_default();
-                match self.timed.script_load::<String, _>(lua).await {
-                    Ok(_) => self.timed.evalsha(script.sha1().clone(), keys, args).await,
-                    Err(error) => Err(error),
-                }
-            }
-            other => other,
-        };
-        match result {
-            Ok(answer) => Reply::Answer(answer),
-            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            Err(error) => Reply::Failed(error.to_string()),
-        }
+        eval_by_sha(&self.timed, script, keys, args).await
+    }
+
+    /// Runs a lock call, batched with others while the master is busy.
+    pub async fn call(&self, call: Call) -> Reply<Answer> {
+        self.lane.call(call).await
     }
 
     /// `INFO <section>` of the current master, within the per-call timeout.
@@ -215,30 +263,6 @@ impl Group {
             .active_connections()
             .first()
             .map(|server| format!("{}:{}", server.host, server.port))
-    }
-
-    /// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
-    /// timeout_ms`; answers the script's reply and how many replicas acknowledged it.
-    pub async fn eval_acknowledged<R: FromValue>(
-        &self,
-        script: &Script,
-        keys: Vec<Key>,
-        args: Vec<Value>,
-        replicas: u32,
-        timeout_ms: u64,
-    ) -> Reply<(R, i64)> {
-        let acknowledged = self.timed.wait::<i64>(
-            i64::from(replicas),
-            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
-        );
-        let (answer, acknowledged) = tokio::join!(self.eval::<R>(script, keys, args), acknowledged);
-        match (answer, acknowledged) {
-            (Reply::Answer(answer), Ok(count)) => Reply::Answer((answer, count)),
-            (Reply::Answer(_), Err(error)) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
-            (Reply::Timeout, _) => Reply::Timeout,
-            (Reply::Failed(message), _) => Reply::Failed(message),
-        }
     }
 
     /// Round-trip time of a PING, bounded by the per-call timeout.

@@ -37,6 +37,7 @@
 //! - [`mcp`]: the MCP server for agents (stdio, streamable HTTP with bearer auth).
 //! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
 
+mod batch;
 pub mod bench;
 pub mod chaos;
 pub mod checker;

@@ -14,6 +14,7 @@ use fred::types::Value;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::batch::{Answer, Call, Script};
 use crate::config::Topology;
 use crate::error::{Error, majority_holder};
 use crate::group::Group;
@@ -502,27 +503,23 @@ impl Engine {
         keys: Vec<fred::types::Key>,
         args: Vec<Value>,
     ) -> Reply<Grant> {
-        let wanted = self.topology.replica_acks;
-        let (values, acknowledged) = if wanted == 0 {
-            match group
-                .eval::<Vec<Value>>(&scripts::ACQUIRE, keys, args)
-                .await
-            {
-                Reply::Answer(values) => (values, None),
-                Reply::Timeout => return Reply::Timeout,
-                Reply::Failed(message) => return Reply::Failed(message),
-            }
-        } else {
-            let timeout = self.topology.replica_ack_timeout_ms;
-            match group
-                .eval_acknowledged::<Vec<Value>>(&scripts::ACQUIRE, keys, args, wanted, timeout)
-                .await
-            {
-                Reply::Answer((values, count)) => (values, Some(count)),
-                Reply::Timeout => return Reply::Timeout,
-                Reply::Failed(message) => return Reply::Failed(message),
-            }
+        let call = Call {
+            script: Script::Acquire,
+            keys,
+            args,
         };
+        let (values, acknowledged) = match group.call(call).await {
+            Reply::Answer(Answer {
+                value: Value::Array(values),
+                acknowledged,
+            }) => (values, acknowledged),
+            Reply::Answer(Answer { value, .. }) => {
+                return Reply::Failed(format!("unexpected acquire reply {value:?}"));
+            }
+            Reply::Timeout => return Reply::Timeout,
+            Reply::Failed(message) => return Reply::Failed(message),
+        };
+        let wanted = self.topology.replica_acks;
         match (parse_grant(values), acknowledged) {
             // A grant its replicas have not seen could vanish in a failover: it does not count,
             // and the rollback removes it.
@@ -587,52 +584,48 @@ impl Engine {
         if !may_hold.contains(&true) {
             return;
         }
-        let lease_keys = keys.release();
-        let args: Vec<Value> = vec![token.into(), keys.released.as_str().into()];
+        let release = Call {
+            script: Script::Release,
+            keys: keys.release(),
+            args: vec![token.into(), keys.released.as_str().into()],
+        };
         futures::future::join_all(
             self.groups
                 .iter()
                 .zip(may_hold)
                 .filter(|(_, hold)| **hold)
-                .map(|(group, _)| {
-                    group.eval::<i64>(&scripts::RELEASE, lease_keys.clone(), args.clone())
-                }),
+                .map(|(group, _)| group.call(release.clone())),
         )
         .await;
     }
 
-    /// Fans a compare-by-token script out (release, extend) and turns its answers
-    /// (`1`, `0`, or `{status, quarantine_left}`) into votes.
-    async fn by_token(
-        &self,
-        script: &fred::types::scripts::Script,
-        keys: Vec<fred::types::Key>,
-        args: Vec<Value>,
+    /// Fans a compare-by-token call out (release, extend, force release) and turns its
+    /// answers (`1`, `0`, or `{status, quarantine_left}`) into votes.
+    async fn by_token<'g, Fut>(
+        &'g self,
+        ask: impl Fn(&'g Group) -> Fut,
         call: TokenCall,
-    ) -> Vec<GroupVote> {
+    ) -> Vec<GroupVote>
+    where
+        Fut: Future<Output = Reply<Value>>,
+    {
         let (n, quorum) = (self.size(), self.quorum);
         let (wait_for_all, retries) = match call {
             TokenCall::Renew => (false, 0),
             TokenCall::Delete => (true, DELETE_RETRIES),
         };
+        let ask = &ask;
         let replies = fan_out(
             &self.groups,
-            |group| {
-                let (keys, args) = (keys.clone(), args.clone());
-                async move {
-                    let mut reply = group
-                        .eval::<Value>(script, keys.clone(), args.clone())
-                        .await;
-                    for _ in 0..retries {
-                        if matches!(reply, Reply::Answer(_)) {
-                            break;
-                        }
-                        reply = group
-                            .eval::<Value>(script, keys.clone(), args.clone())
-                            .await;
+            |group| async move {
+                let mut reply = ask(group).await;
+                for _ in 0..retries {
+                    if matches!(reply, Reply::Answer(_)) {
+                        break;
                     }
-                    reply
+                    reply = ask(group).await;
                 }
+                reply
             },
             |replies| {
                 let yes = count(
@@ -689,13 +682,13 @@ impl Engine {
             Value::from(to_millis(ttl) as i64),
             Value::from(to_millis(self.topology.max_ttl()) as i64),
         ];
+        let renew = Call {
+            script: Script::Extend,
+            keys: self.keys(resource).extend(),
+            args,
+        };
         let votes = self
-            .by_token(
-                &scripts::EXTEND,
-                self.keys(resource).extend(),
-                args,
-                TokenCall::Renew,
-            )
+            .by_token(|group| lock_call(group, renew.clone()), TokenCall::Renew)
             .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = ttl.saturating_sub(self.drift(ttl));
@@ -712,9 +705,13 @@ impl Engine {
         check_token(token)?;
         validate_resource(resource)?;
         let keys = self.keys(resource);
-        let args = vec![token.into(), keys.released.as_str().into()];
+        let release = Call {
+            script: Script::Release,
+            keys: keys.release(),
+            args: vec![token.into(), keys.released.as_str().into()],
+        };
         let votes = self
-            .by_token(&scripts::RELEASE, keys.release(), args, TokenCall::Delete)
+            .by_token(|group| lock_call(group, release.clone()), TokenCall::Delete)
             .await;
         self.released(resource, votes)
     }
@@ -722,12 +719,10 @@ impl Engine {
     pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
         validate_resource(resource)?;
         let keys = self.keys(resource);
-        let args = vec![keys.released.as_str().into()];
+        let (lock_keys, args) = (keys.release(), vec![keys.released.as_str().into()]);
         let votes = self
             .by_token(
-                &scripts::FORCE_RELEASE,
-                keys.release(),
-                args,
+                |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
                 TokenCall::Delete,
             )
             .await;
@@ -747,6 +742,15 @@ impl Engine {
             groups_released,
             votes,
         })
+    }
+}
+
+/// A lock call's answer without the replica count (release and extend never wait for it).
+async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
+    match group.call(call).await {
+        Reply::Answer(answer) => Reply::Answer(answer.value),
+        Reply::Timeout => Reply::Timeout,
+        Reply::Failed(message) => Reply::Failed(message),
     }
 }
 

@@ -12,13 +12,13 @@ pub const MAX_RESOURCE_BYTES: usize = 512;
 /// Longest accepted owner or purpose text, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
 
-/// The keys of one resource, `<prefix>:{<resource>}:lock|fence|owner`, and the master's
+/// The keys of one resource, `<prefix>:{<resource>}:lock|fence` (the lock's value carries the
+/// holder's token and owner record), and the master's
 /// admission marker `<prefix>:admission` (no braces, so no resource key can ever equal it).
 #[derive(Debug, Clone)]
 pub(crate) struct ResourceKeys {
     pub lock: Key,
     pub fence: Key,
-    pub owner: Key,
     pub admission: Key,
     /// Pub/sub channel on which releases wake the waiters of this resource.
     pub released: String,
@@ -35,7 +35,6 @@ impl ResourceKeys {
         ResourceKeys {
             lock: key("lock"),
             fence: key("fence"),
-            owner: key("owner"),
             admission: Key::from(admission_key(prefix)),
             released: format!("{prefix}:{{{resource}}}:released"),
         }
@@ -46,28 +45,23 @@ impl ResourceKeys {
         vec![
             self.lock.clone(),
             self.fence.clone(),
-            self.owner.clone(),
             self.admission.clone(),
         ]
     }
 
     /// Keys of the inspect script.
     pub fn inspect(&self) -> Vec<Key> {
-        vec![self.lock.clone(), self.fence.clone(), self.owner.clone()]
+        vec![self.lock.clone(), self.fence.clone()]
     }
 
     /// Keys of the extend script.
     pub fn extend(&self) -> Vec<Key> {
-        vec![
-            self.lock.clone(),
-            self.owner.clone(),
-            self.admission.clone(),
-        ]
+        vec![self.lock.clone(), self.admission.clone()]
     }
 
     /// Keys of the release script.
     pub fn release(&self) -> Vec<Key> {
-        vec![self.lock.clone(), self.owner.clone()]
+        vec![self.lock.clone()]
     }
 }
 
@@ -142,7 +136,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for name in names {
             let keys = ResourceKeys::new("ql", name);
-            for key in [keys.lock, keys.fence, keys.owner] {
+            for key in [keys.lock, keys.fence] {
                 assert_ne!(key, keys.admission);
                 assert!(seen.insert(key.as_bytes().to_vec()), "{name} collides");
             }

@@ -1,8 +1,10 @@
 //! The Lua scripts in `lua/`, compiled into the binary and named once here.
 //!
 //! Each script runs atomically on one master; the engine calls them by SHA and reloads them
-//! when a master answers NOSCRIPT (after a restart, a failover or `SCRIPT FLUSH`). The scripts
-//! that vote share the admission prologue, prepended at compile time.
+//! when a master answers NOSCRIPT (after a restart, a failover or `SCRIPT FLUSH`). Shared
+//! prologues are prepended at compile time: `holder.lua` (the lock's value) to every script
+//! that reads a lock, `admission.lua` to the scripts that vote. `BATCH` carries acquire,
+//! release and extend as functions, for the group-commit path (`crate::batch`).
 
 use std::sync::LazyLock;
 
@@ -11,26 +13,51 @@ use fred::types::scripts::Script;
 /// Grant when admitted, free (or ours) and the fencing proposal is above the stored fence.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
+        include_str!("../lua/holder.lua"),
         include_str!("../lua/admission.lua"),
         include_str!("../lua/acquire.lua")
     ))
 });
-/// Compare-and-pexpire of the lock and its owner record, when admitted.
+/// Compare-and-pexpire of the lock, when admitted.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
+        include_str!("../lua/holder.lua"),
         include_str!("../lua/admission.lua"),
         include_str!("../lua/extend.lua")
     ))
 });
-/// Compare-and-delete of the lock and its owner record.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../lua/release.lua")));
-/// Delete of the lock and its owner record whatever the token (operators only).
+/// Compare-and-delete of the lock.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../lua/holder.lua"),
+        include_str!("../lua/release.lua")
+    ))
+});
+/// Several acquire, release and extend calls in one script call.
+pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../lua/holder.lua"),
+        include_str!("../lua/admission.lua"),
+        "local CALLS = {}\nCALLS.acquire = function(KEYS, ARGV)\n",
+        include_str!("../lua/acquire.lua"),
+        "end\nCALLS.release = function(KEYS, ARGV)\n",
+        include_str!("../lua/release.lua"),
+        "end\nCALLS.extend = function(KEYS, ARGV)\n",
+        include_str!("../lua/extend.lua"),
+        "end\n",
+        include_str!("../lua/batch.lua")
+    ))
+});
+/// Delete of the lock whatever the token (operators only).
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../lua/force_release.lua")));
-/// Read-only view of the lock, its fence and its owner record.
-pub(crate) static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../lua/inspect.lua")));
+/// Read-only view of the lock, its owner record and its fence.
+pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../lua/holder.lua"),
+        include_str!("../lua/inspect.lua")
+    ))
+});
 
 /// Read-only view of a master's admission, for health reports.
 pub(crate) static ADMISSION_STATE: LazyLock<Script> =
@@ -38,11 +65,12 @@ pub(crate) static ADMISSION_STATE: LazyLock<Script> =
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 6] {
+pub(crate) fn all() -> [&'static Script; 7] {
     [
         &ACQUIRE,
         &EXTEND,
         &RELEASE,
+        &BATCH,
         &FORCE_RELEASE,
         &INSPECT,
         &ADMISSION_STATE,

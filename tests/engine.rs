@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -618,4 +619,106 @@ async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
         "woke {woke_after:?} after the release: it polled"
     );
     lease.release().await.expect("release");
+}
+
+/// EVALSHA calls each master has run since its stats were reset.
+async fn evalsha_calls(fx: &common::Fixture) -> Vec<u64> {
+    let mut calls = Vec::new();
+    for group in 0..fx.topology.groups.len() {
+        let client = fx.master(group).await;
+        let stats: String = client
+            .info(Some(fred::types::InfoKind::CommandStats))
+            .await
+            .expect("INFO");
+        let count = stats
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        calls.push(count);
+        let _ = client.quit().await;
+    }
+    calls
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
+    let fx = plain_lab().await;
+    // A value of the wrong type makes this resource's script call raise an error on every
+    // master; the calls batched with it must not fail with it.
+    for group in 0..fx.topology.groups.len() {
+        let client = fx.master(group).await;
+        let _: i64 = client
+            .lpush(lock_key("batch:poisoned"), "not a lock")
+            .await
+            .expect("plant");
+        let _: () = client
+            .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
+            .await
+            .expect("RESETSTAT");
+        let _ = client.quit().await;
+    }
+    const CALLERS: usize = 100;
+    let resources: Vec<String> = (0..CALLERS)
+        .map(|i| {
+            if i == CALLERS / 2 {
+                "batch:poisoned".to_string()
+            } else {
+                format!("batch:{i}")
+            }
+        })
+        .collect();
+    let acquired = futures::future::join_all(resources.iter().map(|resource| {
+        fx.locks
+            .acquire(resource.as_str())
+            .ttl(Duration::from_secs(30))
+            .into_future()
+    }))
+    .await;
+    let mut leases = Vec::new();
+    for (resource, outcome) in resources.iter().zip(acquired) {
+        match outcome {
+            Ok(lease) => {
+                assert_ne!(
+                    resource, "batch:poisoned",
+                    "granted over a value of the wrong type"
+                );
+                leases.push(lease);
+            }
+            Err(error) => {
+                assert_eq!(resource, "batch:poisoned", "{resource}: {error}");
+                assert!(error.is_unavailable(), "{error}");
+                assert!(error.to_string().contains("WRONGTYPE"), "{error}");
+            }
+        }
+    }
+    assert_eq!(leases.len(), CALLERS - 1);
+    let mut fences: Vec<u64> = leases.iter().map(|lease| lease.fencing_token()).collect();
+    fences.sort_unstable();
+    fences.dedup();
+    assert_eq!(
+        fences.len(),
+        CALLERS - 1,
+        "two leases share a fencing token"
+    );
+
+    let calls = evalsha_calls(&fx).await;
+    assert!(
+        calls.iter().all(|&n| n < CALLERS as u64),
+        "{CALLERS} concurrent acquires took {calls:?} script calls per master: nothing was batched"
+    );
+
+    let released = futures::future::join_all(leases.into_iter().map(|lease| lease.release())).await;
+    for outcome in released {
+        let released = outcome.expect("release");
+        assert!(released.groups_released >= 3, "{released:?}");
+    }
+    for i in [0, 1, CALLERS - 1] {
+        assert_eq!(
+            fx.values_of(&lock_key(&format!("batch:{i}"))).await,
+            vec![None; 5],
+            "batch:{i} left behind"
+        );
+    }
 }

@@ -27,6 +27,9 @@ pub struct BenchArgs {
     /// Workers contending for one resource.
     #[arg(long, default_value_t = 16)]
     contenders: usize,
+    /// Bytes of owner and purpose text stored with every lease (0 to 2048).
+    #[arg(long, default_value_t = 0)]
+    payload_bytes: usize,
 }
 
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
@@ -36,7 +39,8 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
         phase: Duration::from_secs(args.phase_secs),
         contenders: args.contenders,
         ..BenchOptions::default()
-    };
+    }
+    .with_payload(args.payload_bytes)?;
     let (topology, temporary) = match cli.topology()? {
         Some(topology) => (topology, None),
         None => {

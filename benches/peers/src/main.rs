@@ -25,6 +25,7 @@
 //! Run from the repository root (see docs/performance.md):
 //!   cargo run --release --manifest-path benches/peers/Cargo.toml -- [options]
 //! Options: --rounds N (5), --shape sentinel|plain|both (both), --samples N (2000),
+//!   --runtime multi|current (multi: the tokio runtime both libraries share),
 //!   --c1-secs S (1), --c64-secs S (2), --contend-secs S (2),
 //!   --profile quorumlock|rslock --secs S: start the product-shaped lab (or --shape plain),
 //!   warm up, print the PIDs, then run only that library's concurrency-64 phase for S
@@ -61,6 +62,8 @@ struct Options {
     contend: Duration,
     profile: Option<LibKind>,
     profile_secs: Duration,
+    /// Both libraries run on this tokio runtime: `multi` (2 worker threads) or `current`.
+    current_thread: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +114,7 @@ fn parse_options() -> Result<Options, String> {
         contend: Duration::from_secs(2),
         profile: None,
         profile_secs: Duration::from_secs(10),
+        current_thread: false,
     };
     let mut args = std::env::args().skip(1);
     let secs = |v: String| -> Result<Duration, String> {
@@ -140,6 +144,13 @@ fn parse_options() -> Result<Options, String> {
             "--c64-secs" => options.c64 = secs(value()?)?,
             "--contend-secs" => options.contend = secs(value()?)?,
             "--secs" => options.profile_secs = secs(value()?)?,
+            "--runtime" => {
+                options.current_thread = match value()?.as_str() {
+                    "multi" => false,
+                    "current" => true,
+                    other => return Err(format!("--runtime is multi or current, not {other}")),
+                }
+            }
             "--shape" => {
                 shape_given = true;
                 options.shapes = match value()?.as_str() {
@@ -165,7 +176,7 @@ fn parse_options() -> Result<Options, String> {
                 })
             }
             "-h" | "--help" => {
-                return Err("usage: quorumlock-peers [--rounds N] [--shape sentinel|plain|both] [--samples N] \
+                return Err("usage: quorumlock-peers [--rounds N] [--shape sentinel|plain|both] [--samples N] [--runtime multi|current] \
                      [--c1-secs S] [--c64-secs S] [--contend-secs S] | --profile quorumlock|rslock [--secs S] [--shape ..]"
                     .into());
             }
@@ -1016,8 +1027,7 @@ async fn profile(kind: LibKind, shape: Shape, options: &Options) -> Result<(), B
     Ok(())
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
     let options = match parse_options() {
         Ok(options) => options,
         Err(message) => {
@@ -1025,6 +1035,25 @@ async fn main() {
             std::process::exit(2);
         }
     };
+    let runtime = if options.current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    };
+    match runtime {
+        Ok(runtime) => runtime.block_on(run(options)),
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            std::process::exit(1);
+        }
+    }
+}
+
+async fn run(options: Options) {
     if let Some(kind) = options.profile {
         if let Err(error) = profile(kind, options.shapes[0], &options).await {
             eprintln!("error: {error}");
@@ -1037,12 +1066,17 @@ async fn main() {
     let _ = writeln!(
         report,
         "quorumlock vs rslock 0.10 — {} rounds; per round: {} sequential acquires, {:.1} s at concurrency 1, \
-         {:.1} s at concurrency 64, {:.1} s contention; {} worker threads on {} cores",
+         {:.1} s at concurrency 64, {:.1} s contention; {} runtime, {} worker threads on {} cores",
         options.rounds,
         options.samples,
         options.c1.as_secs_f64(),
         options.c64.as_secs_f64(),
         options.contend.as_secs_f64(),
+        if options.current_thread {
+            "current-thread"
+        } else {
+            "multi-thread"
+        },
         tokio::runtime::Handle::current().metrics().num_workers(),
         std::thread::available_parallelism()
             .map(|n| n.get())

@@ -1,0 +1,287 @@
+//! Group commit for one master: the lock calls (acquire, release, extend) that arrive while
+//! another is in flight wait, and go out together as one script call (`lua/batch.lua`) as soon
+//! as it is back.
+//!
+//! An idle master gets each call at once as its own script, so batching costs a lone caller
+//! nothing; under load one script call (one read, one reply, one admission check, one
+//! replicated transaction) carries many locks. Calls stay in arrival order on the master, so
+//! a rollback always runs after the grant it undoes.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use fred::clients::WithOptions;
+use fred::prelude::Client;
+use fred::types::{Key, Value};
+use tokio::sync::oneshot;
+
+use crate::group::{eval_acknowledged, eval_by_sha};
+use crate::quorum::Reply;
+use crate::scripts;
+
+/// Most calls in one script call: a master runs a script to the end before anything else,
+/// so this bounds how long one batch holds it (well under a millisecond).
+const MAX_BATCH: usize = 128;
+
+/// Which script a call runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Script {
+    Acquire,
+    Release,
+    Extend,
+}
+
+impl Script {
+    /// The name `lua/batch.lua` knows it by.
+    fn name(self) -> &'static str {
+        match self {
+            Script::Acquire => "acquire",
+            Script::Release => "release",
+            Script::Extend => "extend",
+        }
+    }
+
+    fn single(self) -> &'static fred::types::scripts::Script {
+        match self {
+            Script::Acquire => &scripts::ACQUIRE,
+            Script::Release => &scripts::RELEASE,
+            Script::Extend => &scripts::EXTEND,
+        }
+    }
+}
+
+/// One lock call for one master.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub script: Script,
+    pub keys: Vec<Key>,
+    pub args: Vec<Value>,
+}
+
+/// The script's answer, and how many replicas acknowledged it (`replica_acks` > 0, acquire).
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub value: Value,
+    pub acknowledged: Option<i64>,
+}
+
+struct Queued {
+    call: Call,
+    /// When its caller stops waiting for it.
+    expires: Instant,
+    answer: oneshot::Sender<Reply<Answer>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// A call or a batch is in flight; new calls queue behind it.
+    busy: bool,
+    queue: Vec<Queued>,
+}
+
+/// The lock calls of one group.
+pub(crate) struct Lane {
+    timed: WithOptions<Client>,
+    call_timeout: Duration,
+    /// `WAIT replicas timeout_ms` pipelined behind every acquire, when configured.
+    acks: Option<(u32, u64)>,
+    state: Mutex<State>,
+}
+
+/// Passes the lane on when a direct call ends or its caller drops it.
+struct HandOff<'l>(&'l Arc<Lane>);
+
+impl Drop for HandOff<'_> {
+    fn drop(&mut self) {
+        self.0.hand_off();
+    }
+}
+
+impl Lane {
+    pub fn new(
+        timed: WithOptions<Client>,
+        call_timeout: Duration,
+        acks: Option<(u32, u64)>,
+    ) -> Self {
+        Lane {
+            timed,
+            call_timeout,
+            acks,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Runs `call` on the master within the per-call timeout, queued behind the call in flight
+    /// if there is one.
+    pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
+        let queued = {
+            let mut state = self.state();
+            if state.busy {
+                let (answer, receiver) = oneshot::channel();
+                state.queue.push(Queued {
+                    call,
+                    expires: Instant::now() + self.call_timeout,
+                    answer,
+                });
+                Ok(receiver)
+            } else {
+                state.busy = true;
+                Err(call)
+            }
+        };
+        match queued {
+            Ok(receiver) => match tokio::time::timeout(self.call_timeout, receiver).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => Reply::Failed("the client shut down before the call was sent".into()),
+                Err(_) => Reply::Timeout,
+            },
+            Err(call) => {
+                let _hand_off = HandOff(self);
+                let mut answers = self.send(vec![call]).await;
+                answers
+                    .pop()
+                    .unwrap_or_else(|| Reply::Failed("no answer".into()))
+            }
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn hand_off(self: &Arc<Self>) {
+        let mut state = self.state();
+        if state.queue.is_empty() {
+            state.busy = false;
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(self.clone().drain());
+            }
+            // No runtime left (shutdown): the queued callers see their calls fail.
+            Err(_) => {
+                state.queue.clear();
+                state.busy = false;
+            }
+        }
+    }
+
+    /// Sends the queue batch by batch until it is empty.
+    async fn drain(self: Arc<Self>) {
+        loop {
+            let batch: Vec<Queued> = {
+                let mut state = self.state();
+                let now = Instant::now();
+                // A grant or renewal its caller no longer waits for was counted as a timeout
+                // (and a grant is being rolled back): sending it now would only undo that.
+                // A release still goes: it is idempotent and cleans up.
+                state
+                    .queue
+                    .retain(|queued| queued.expires > now || queued.call.script == Script::Release);
+                if state.queue.is_empty() {
+                    state.busy = false;
+                    return;
+                }
+                let taken = state.queue.len().min(MAX_BATCH);
+                state.queue.drain(..taken).collect()
+            };
+            let (calls, senders): (Vec<Call>, Vec<_>) = batch
+                .into_iter()
+                .map(|queued| (queued.call, queued.answer))
+                .unzip();
+            let answers = self.send(calls).await;
+            for (sender, answer) in senders.into_iter().zip(answers) {
+                let _ = sender.send(answer);
+            }
+        }
+    }
+
+    /// One script call for `calls`: the call's own script for one, `BATCH` for several.
+    async fn send(&self, mut calls: Vec<Call>) -> Vec<Reply<Answer>> {
+        let count = calls.len();
+        let acks = self
+            .acks
+            .filter(|_| calls.iter().any(|call| call.script == Script::Acquire));
+        let (script, keys, args) = if let [call] = calls.as_mut_slice() {
+            let (keys, args) = (
+                std::mem::take(&mut call.keys),
+                std::mem::take(&mut call.args),
+            );
+            (call.script.single(), keys, args)
+        } else {
+            let (keys, args) = pack(calls);
+            (&*scripts::BATCH, keys, args)
+        };
+        let reply = match acks {
+            None => match eval_by_sha::<Value>(&self.timed, script, keys, args).await {
+                Reply::Answer(value) => Reply::Answer((value, None)),
+                Reply::Timeout => Reply::Timeout,
+                Reply::Failed(message) => Reply::Failed(message),
+            },
+            Some((replicas, timeout_ms)) => {
+                match eval_acknowledged::<Value>(
+                    &self.timed,
+                    script,
+                    keys,
+                    args,
+                    replicas,
+                    timeout_ms,
+                )
+                .await
+                {
+                    Reply::Answer((value, count)) => Reply::Answer((value, Some(count))),
+                    Reply::Timeout => Reply::Timeout,
+                    Reply::Failed(message) => Reply::Failed(message),
+                }
+            }
+        };
+        match reply {
+            Reply::Answer((value, acknowledged)) if count == 1 => {
+                vec![Reply::Answer(Answer {
+                    value,
+                    acknowledged,
+                })]
+            }
+            Reply::Answer((Value::Array(values), acknowledged)) if values.len() == count => {
+                values
+                    .into_iter()
+                    .map(|value| match value {
+                        // batch.lua answers a call that raised an error with its text.
+                        Value::String(message) => Reply::Failed(message.to_string()),
+                        Value::Bytes(message) => {
+                            Reply::Failed(String::from_utf8_lossy(&message).into_owned())
+                        }
+                        value => Reply::Answer(Answer {
+                            value,
+                            acknowledged,
+                        }),
+                    })
+                    .collect()
+            }
+            Reply::Answer((other, _)) => {
+                let message = format!("unexpected batch reply for {count} calls: {other:?}");
+                vec![Reply::Failed(message); count]
+            }
+            Reply::Timeout => vec![Reply::Timeout; count],
+            Reply::Failed(message) => vec![Reply::Failed(message); count],
+        }
+    }
+}
+
+/// The keys and arguments of `lua/batch.lua` for `calls`.
+fn pack(calls: Vec<Call>) -> (Vec<Key>, Vec<Value>) {
+    let key_count = calls.iter().map(|call| call.keys.len()).sum();
+    let arg_count = calls.iter().map(|call| call.args.len() + 3).sum::<usize>() + 1;
+    let mut keys = Vec::with_capacity(key_count);
+    let mut args = Vec::with_capacity(arg_count);
+    args.push(Value::from(calls.len() as i64));
+    for call in calls {
+        args.push(Value::from(call.script.name()));
+        args.push(Value::from(call.keys.len() as i64));
+        args.push(Value::from(call.args.len() as i64));
+        keys.extend(call.keys);
+        args.extend(call.args);
+    }
+    (keys, args)
+}
