@@ -349,6 +349,20 @@ impl Engine {
         let mut attempts = 0;
         // Subscribed to the resource's release channel once a wait finds it held.
         let mut watch: Option<Watch> = None;
+        if !options.wait.is_zero() && self.waiters.queued(&keys.released) {
+            // Other waiters of this process queue for this lock: it is held. Take a place in
+            // the queue (releases wake one waiter at a time, the longest waiting first) rather
+            // than spend a vote on it; the timer covers a release nobody announces.
+            let queued = self.waiters.watch(&self.groups, &keys.released).await;
+            let released = queued.notify();
+            let fallback = (self.topology.retry_delay() * 10)
+                .min(deadline.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                _ = released.notified() => {}
+                _ = tokio::time::sleep(fallback) => {}
+            }
+            watch = Some(queued);
+        }
         loop {
             attempts += 1;
             // Armed before the attempt, so a release announced during it is not missed.
@@ -605,6 +619,7 @@ impl Engine {
         &'g self,
         ask: impl Fn(&'g Group) -> Fut,
         call: TokenCall,
+        mut on_majority: impl FnMut(),
     ) -> Vec<GroupVote>
     where
         Fut: Future<Output = Reply<Value>>,
@@ -615,6 +630,7 @@ impl Engine {
             TokenCall::Delete => (true, DELETE_RETRIES),
         };
         let ask = &ask;
+        let mut majority_seen = false;
         let replies = fan_out(
             &self.groups,
             |group| async move {
@@ -636,6 +652,10 @@ impl Engine {
                     replies,
                     |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
                 );
+                if yes >= quorum && !majority_seen {
+                    majority_seen = true;
+                    on_majority();
+                }
                 !wait_for_all && (yes >= quorum || no > n - quorum)
             },
         )
@@ -688,7 +708,11 @@ impl Engine {
             args,
         };
         let votes = self
-            .by_token(|group| lock_call(group, renew.clone()), TokenCall::Renew)
+            .by_token(
+                |group| lock_call(group, renew.clone()),
+                TokenCall::Renew,
+                || {},
+            )
             .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = ttl.saturating_sub(self.drift(ttl));
@@ -710,8 +734,15 @@ impl Engine {
             keys: keys.release(),
             args: vec![token.into(), keys.released.as_str().into()],
         };
+        // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
+        // the deletes on every group (calls keep their order per group), so it does not wait
+        // for the slowest groups nor for their announcements.
         let votes = self
-            .by_token(|group| lock_call(group, release.clone()), TokenCall::Delete)
+            .by_token(
+                |group| lock_call(group, release.clone()),
+                TokenCall::Delete,
+                || self.waiters.released(&keys.released, token),
+            )
             .await;
         self.released(resource, votes)
     }
@@ -724,6 +755,7 @@ impl Engine {
             .by_token(
                 |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
                 TokenCall::Delete,
+                || {},
             )
             .await;
         self.released(resource, votes)

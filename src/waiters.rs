@@ -116,6 +116,19 @@ impl Waiters {
         }
     }
 
+    /// A release by this process, announced to its own waiters without waiting for the groups
+    /// to echo it (their announcements of the same token are then ignored).
+    pub fn released(&self, channel: &str, token: &str) {
+        wake_one(&self.channels, channel, Some(token));
+    }
+
+    /// Whether waiters of this process already queue for `channel`.
+    pub fn queued(&self, channel: &str) -> bool {
+        self.channels
+            .lock()
+            .is_ok_and(|channels| channels.get(channel).is_some_and(|entry| entry.waiters > 0))
+    }
+
     pub async fn stop(&self) {
         if let Some(subscribers) = self.subscribers.get() {
             for task in &subscribers.tasks {
@@ -154,25 +167,31 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
     subscribers
 }
 
+/// One release frees the lock for one holder: wakes one waiter (the longest waiting), not all
+/// of them to fight over it, and once per release however many groups (or this process)
+/// announce it.
+fn wake_one(channels: &Channels, channel: &str, release: Option<&str>) {
+    let notify = channels.lock().ok().and_then(|mut channels| {
+        let channel = channels.get_mut(channel)?;
+        if release.is_some() && channel.last_release.as_deref() == release {
+            return None;
+        }
+        channel.last_release = release.map(str::to_string);
+        Some(channel.notify.clone())
+    });
+    if let Some(notify) = notify {
+        notify.notify_one();
+    }
+}
+
 async fn route(mut messages: broadcast::Receiver<Message>, channels: Channels) {
     loop {
         match messages.recv().await {
-            Ok(message) => {
-                let release = message.value.as_string();
-                let notify = channels.lock().ok().and_then(|mut channels| {
-                    let channel = channels.get_mut(&*message.channel)?;
-                    if release.is_some() && channel.last_release == release {
-                        return None;
-                    }
-                    channel.last_release = release;
-                    Some(channel.notify.clone())
-                });
-                // One release frees the lock for one holder: wake one waiter (the longest
-                // waiting), not all of them to fight over it.
-                if let Some(notify) = notify {
-                    notify.notify_one();
-                }
-            }
+            Ok(message) => wake_one(
+                &channels,
+                &message.channel,
+                message.value.as_str().as_deref(),
+            ),
             Err(broadcast::error::RecvError::Lagged(_)) => {}
             Err(broadcast::error::RecvError::Closed) => return,
         }

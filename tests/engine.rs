@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::{fence_key, lock_key, plain_lab, sentinel_lab};
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
-use quorumlock::{Error, LeaseEnd, Vote};
+use quorumlock::{Error, LeaseEnd, Locks, Vote};
 use tokio::sync::Mutex;
 
 const MS: Duration = Duration::from_millis(1);
@@ -563,8 +563,8 @@ async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
-    // Retries are 10 s apart: only the release announcement can wake the waiter sooner.
+async fn waiters_wake_at_each_release_not_at_their_next_poll() {
+    // Retries are 10 s apart: only release announcements can wake the waiters sooner.
     let fx = common::fixture(
         |spec| spec,
         |mut topology| {
@@ -573,15 +573,20 @@ async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
         },
     )
     .await;
-    let holder = fx
-        .locks
+    // The first holder is another client: its release reaches our waiters only through the
+    // groups' release channel.
+    let other_client = Locks::connect(fx.topology.clone())
+        .await
+        .expect("second client");
+    let holder = other_client
         .acquire("wake")
         .ttl(Duration::from_secs(30))
         .await
         .expect("holder");
-    let locks = fx.locks.clone();
-    let waiter =
-        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await });
+    let wait_for_it = |locks: Locks| {
+        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await })
+    };
+    let first_waiter = wait_for_it(fx.locks.clone());
 
     // The waiter was denied and subscribed once its subscription shows on a master.
     let master = fx.master(0).await;
@@ -606,19 +611,26 @@ async fn a_waiter_wakes_when_the_holder_releases_not_at_its_next_poll() {
         assert!(Instant::now() < deadline, "the waiter never subscribed");
         tokio::task::yield_now().await;
     }
-    let released_at = Instant::now();
+    // A second waiter of the same client queues behind the first.
+    let second_waiter = wait_for_it(fx.locks.clone());
+
+    let mut released_at = Instant::now();
     holder.release().await.expect("release");
-    let lease = waiter
-        .await
-        .expect("task")
-        .expect("the waiter gets the lock");
-    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
-    assert!(lease.attempts() >= 2, "the waiter was never denied");
-    assert!(
-        woke_after < Duration::from_secs(2),
-        "woke {woke_after:?} after the release: it polled"
-    );
-    lease.release().await.expect("release");
+    let mut waiters = vec![first_waiter, second_waiter];
+    while !waiters.is_empty() {
+        let (outcome, _, rest) = futures::future::select_all(waiters).await;
+        waiters = rest;
+        let lease = outcome.expect("task").expect("a waiter gets the lock");
+        let woke_after = lease.acquired_at().saturating_duration_since(released_at);
+        assert!(
+            woke_after < Duration::from_secs(2),
+            "woke {woke_after:?} after the release: it polled"
+        );
+        // This release comes from our own client.
+        released_at = Instant::now();
+        lease.release().await.expect("release");
+    }
+    other_client.close().await;
 }
 
 /// EVALSHA calls each master has run since its stats were reset.
