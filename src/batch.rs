@@ -7,8 +7,10 @@
 //! replicated transaction) carries many locks. Calls stay in arrival order on the master, so
 //! a rollback always runs after the grant it undoes.
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::clients::WithOptions;
 use fred::prelude::Client;
@@ -67,8 +69,9 @@ pub(crate) struct Answer {
 
 struct Queued {
     call: Call,
-    /// When its caller stops waiting for it.
-    expires: Instant,
+    /// Set by whoever takes the call first: the lane to send it, or its caller to give up on
+    /// it; so a caller that gives up knows whether the call went out.
+    claimed: Arc<AtomicBool>,
     answer: oneshot::Sender<Reply<Answer>>,
 }
 
@@ -76,7 +79,7 @@ struct Queued {
 struct State {
     /// A call or a batch is in flight; new calls queue behind it.
     busy: bool,
-    queue: Vec<Queued>,
+    queue: VecDeque<Queued>,
 }
 
 /// The lock calls of one group.
@@ -118,23 +121,29 @@ impl Lane {
             let mut state = self.state();
             if state.busy {
                 let (answer, receiver) = oneshot::channel();
-                state.queue.push(Queued {
+                let claimed = Arc::new(AtomicBool::new(false));
+                state.queue.push_back(Queued {
                     call,
-                    expires: Instant::now() + self.call_timeout,
+                    claimed: claimed.clone(),
                     answer,
                 });
-                Ok(receiver)
+                Ok((receiver, claimed))
             } else {
                 state.busy = true;
                 Err(call)
             }
         };
         match queued {
-            Ok(receiver) => match tokio::time::timeout(self.call_timeout, receiver).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => Reply::Failed("the client shut down before the call was sent".into()),
-                Err(_) => Reply::Timeout,
-            },
+            Ok((mut receiver, claimed)) => {
+                match tokio::time::timeout(self.call_timeout, &mut receiver).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(_)) => {
+                        Reply::Failed("the client shut down before the call was sent".into())
+                    }
+                    Err(_) if !claimed.swap(true, Ordering::AcqRel) => Reply::NotSent,
+                    Err(_) => receiver.try_recv().unwrap_or(Reply::Timeout),
+                }
+            }
             Err(call) => {
                 let _hand_off = HandOff(self);
                 let mut answers = self.send(vec![call]).await;
@@ -172,19 +181,24 @@ impl Lane {
         loop {
             let batch: Vec<Queued> = {
                 let mut state = self.state();
-                let now = Instant::now();
-                // A grant or renewal its caller no longer waits for was counted as a timeout
-                // (and a grant is being rolled back): sending it now would only undo that.
-                // A release still goes: it is idempotent and cleans up.
-                state
-                    .queue
-                    .retain(|queued| queued.expires > now || queued.call.script == Script::Release);
-                if state.queue.is_empty() {
+                let mut batch = Vec::new();
+                while batch.len() < MAX_BATCH {
+                    let Some(queued) = state.queue.pop_front() else {
+                        break;
+                    };
+                    // Its caller gave up on it at its timeout, knows it was never sent, and has
+                    // nothing to roll back. A call whose caller merely stopped listening (the
+                    // vote was decided without it) still goes: a grant should reach every group.
+                    if queued.claimed.swap(true, Ordering::AcqRel) {
+                        continue;
+                    }
+                    batch.push(queued);
+                }
+                if batch.is_empty() {
                     state.busy = false;
                     return;
                 }
-                let taken = state.queue.len().min(MAX_BATCH);
-                state.queue.drain(..taken).collect()
+                batch
             };
             let (calls, senders): (Vec<Call>, Vec<_>) = batch
                 .into_iter()
@@ -214,26 +228,13 @@ impl Lane {
             (&*scripts::BATCH, keys, args)
         };
         let reply = match acks {
-            None => match eval_by_sha::<Value>(&self.timed, script, keys, args).await {
-                Reply::Answer(value) => Reply::Answer((value, None)),
-                Reply::Timeout => Reply::Timeout,
-                Reply::Failed(message) => Reply::Failed(message),
-            },
-            Some((replicas, timeout_ms)) => {
-                match eval_acknowledged::<Value>(
-                    &self.timed,
-                    script,
-                    keys,
-                    args,
-                    replicas,
-                    timeout_ms,
-                )
+            None => eval_by_sha::<Value>(&self.timed, script, keys, args)
                 .await
-                {
-                    Reply::Answer((value, count)) => Reply::Answer((value, Some(count))),
-                    Reply::Timeout => Reply::Timeout,
-                    Reply::Failed(message) => Reply::Failed(message),
-                }
+                .map(|value| (value, None)),
+            Some((replicas, timeout_ms)) => {
+                eval_acknowledged::<Value>(&self.timed, script, keys, args, replicas, timeout_ms)
+                    .await
+                    .map(|(value, count)| (value, Some(count)))
             }
         };
         match reply {
@@ -265,6 +266,7 @@ impl Lane {
             }
             Reply::Timeout => vec![Reply::Timeout; count],
             Reply::Failed(message) => vec![Reply::Failed(message); count],
+            Reply::NotSent => vec![Reply::NotSent; count],
         }
     }
 }

@@ -98,6 +98,7 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
         (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
         (Reply::Timeout, _) => Reply::Timeout,
         (Reply::Failed(message), _) => Reply::Failed(message),
+        (Reply::NotSent, _) => Reply::NotSent,
     }
 }
 

@@ -464,9 +464,11 @@ impl Engine {
             for (index, reply) in replies.iter().enumerate() {
                 may_hold[index] |= !matches!(
                     reply,
-                    Some(Reply::Answer(
-                        Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)
-                    ))
+                    Some(
+                        Reply::Answer(
+                            Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)
+                        ) | Reply::NotSent
+                    )
                 );
             }
             let granted = count(&replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
@@ -532,6 +534,7 @@ impl Engine {
             }
             Reply::Timeout => return Reply::Timeout,
             Reply::Failed(message) => return Reply::Failed(message),
+            Reply::NotSent => return Reply::NotSent,
         };
         let wanted = self.topology.replica_acks;
         match (parse_grant(values), acknowledged) {
@@ -779,11 +782,7 @@ impl Engine {
 
 /// A lock call's answer without the replica count (release and extend never wait for it).
 async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
-    match group.call(call).await {
-        Reply::Answer(answer) => Reply::Answer(answer.value),
-        Reply::Timeout => Reply::Timeout,
-        Reply::Failed(message) => Reply::Failed(message),
-    }
+    group.call(call).await.map(|answer| answer.value)
 }
 
 /// How a compare-by-token call is fanned out.

@@ -19,6 +19,21 @@ pub(crate) enum Reply<T> {
     Timeout,
     /// The call failed (connection refused or closed, server error): outcome unknown.
     Failed(String),
+    /// The call waited in the client's queue for its whole timeout and was never sent: the
+    /// master is overloaded. Nothing was applied.
+    NotSent,
+}
+
+impl<T> Reply<T> {
+    /// The same reply with its answer turned into another.
+    pub fn map<U>(self, answer: impl FnOnce(T) -> U) -> Reply<U> {
+        match self {
+            Reply::Answer(value) => Reply::Answer(answer(value)),
+            Reply::Timeout => Reply::Timeout,
+            Reply::Failed(message) => Reply::Failed(message),
+            Reply::NotSent => Reply::NotSent,
+        }
+    }
 }
 
 /// Sends `call` to every group concurrently and gathers the replies until `decided` says the
@@ -97,6 +112,9 @@ impl Vote {
             None => Vote::NotAwaited,
             Some(Reply::Timeout) => Vote::Timeout,
             Some(Reply::Failed(message)) => Vote::Error { message },
+            Some(Reply::NotSent) => Vote::Error {
+                message: "not sent: queued behind other calls for the whole call timeout".into(),
+            },
             Some(Reply::Answer(answer)) => answered(answer),
         }
     }
