@@ -24,6 +24,13 @@ use crate::scripts;
 /// Most calls in one script call: a master runs a script to the end before anything else,
 /// so this bounds how long one batch holds it (well under a millisecond).
 const MAX_BATCH: usize = 128;
+/// Most grants and renewals waiting for one master. Past it a new one is refused at once
+/// rather than queued: a queue longer than a master serves within the call timeout would make
+/// every call in it time out (and leave grants to roll back). Releases are never refused.
+const MAX_QUEUED: usize = 8 * MAX_BATCH;
+const QUEUED_TOO_LONG: &str = "queued behind other calls for the whole call timeout";
+pub(crate) const QUEUE_FULL: &str =
+    "too many calls already queued for this master (the client is overloaded)";
 
 /// Which script a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +126,9 @@ impl Lane {
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
         let queued = {
             let mut state = self.state();
+            if state.queue.len() >= MAX_QUEUED && call.script != Script::Release {
+                return Reply::NotSent(QUEUE_FULL);
+            }
             if state.busy {
                 let (answer, receiver) = oneshot::channel();
                 let claimed = Arc::new(AtomicBool::new(false));
@@ -140,7 +150,9 @@ impl Lane {
                     Ok(Err(_)) => {
                         Reply::Failed("the client shut down before the call was sent".into())
                     }
-                    Err(_) if !claimed.swap(true, Ordering::AcqRel) => Reply::NotSent,
+                    Err(_) if !claimed.swap(true, Ordering::AcqRel) => {
+                        Reply::NotSent(QUEUED_TOO_LONG)
+                    }
                     Err(_) => receiver.try_recv().unwrap_or(Reply::Timeout),
                 }
             }
@@ -152,6 +164,11 @@ impl Lane {
                     .unwrap_or_else(|| Reply::Failed("no answer".into()))
             }
         }
+    }
+
+    /// Whether a new grant would be refused now (see [`MAX_QUEUED`]).
+    pub fn full(&self) -> bool {
+        self.state().queue.len() >= MAX_QUEUED
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -266,7 +283,7 @@ impl Lane {
             }
             Reply::Timeout => vec![Reply::Timeout; count],
             Reply::Failed(message) => vec![Reply::Failed(message); count],
-            Reply::NotSent => vec![Reply::NotSent; count],
+            Reply::NotSent(reason) => vec![Reply::NotSent(reason); count],
         }
     }
 }

@@ -219,7 +219,12 @@ async fn cycles(
                             Ok(_) => done += 1,
                             Err(_) => errors += 1,
                         },
-                        Err(_) => errors += 1,
+                        // Back off like a client would: retrying at once only adds load to an
+                        // overloaded client or topology.
+                        Err(_) => {
+                            errors += 1;
+                            tokio::time::sleep(locks.topology().retry_delay()).await;
+                        }
                     }
                 }
                 (done, errors)

@@ -98,7 +98,7 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
         (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
         (Reply::Timeout, _) => Reply::Timeout,
         (Reply::Failed(message), _) => Reply::Failed(message),
-        (Reply::NotSent, _) => Reply::NotSent,
+        (Reply::NotSent(reason), _) => Reply::NotSent(reason),
     }
 }
 
@@ -242,6 +242,11 @@ impl Group {
         args: Vec<Value>,
     ) -> Reply<R> {
         eval_by_sha(&self.timed, script, keys, args).await
+    }
+
+    /// Whether this group's queue refuses new grants now (the client is overloaded).
+    pub fn overloaded(&self) -> bool {
+        self.lane.full()
     }
 
     /// Runs a lock call, batched with others while the master is busy.

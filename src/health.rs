@@ -131,7 +131,7 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
         Reply::Timeout => (None, Some("timeout".to_string())),
         Reply::Failed(message) => (None, Some(message)),
-        Reply::NotSent => (None, Some("not sent".to_string())),
+        Reply::NotSent(reason) => (None, Some(format!("not sent: {reason}"))),
     };
     let (role, replicas) = match info {
         Reply::Answer(text) => parse_replication(&text),

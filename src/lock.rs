@@ -441,6 +441,31 @@ impl Engine {
         let script_keys = keys.acquire();
         let quarantine = Value::from(to_millis(self.topology.max_ttl()) as i64);
         for round in 0..FENCE_ROUNDS {
+            // Refused before anything is sent when too few groups would take the call: a
+            // grant on a minority only costs a rollback.
+            if self
+                .groups
+                .iter()
+                .filter(|group| group.overloaded())
+                .count()
+                > n - quorum
+            {
+                let votes = self
+                    .groups
+                    .iter()
+                    .map(|group| GroupVote {
+                        group: group.name.clone(),
+                        vote: if group.overloaded() {
+                            Vote::Error {
+                                message: format!("not sent: {}", crate::batch::QUEUE_FULL),
+                            }
+                        } else {
+                            Vote::NotAwaited
+                        },
+                    })
+                    .collect();
+                return Err((self.denial(resource, votes), may_hold));
+            }
             let fence = self.propose_fence();
             let args: Vec<Value> = vec![
                 token.into(),
@@ -467,7 +492,7 @@ impl Engine {
                     Some(
                         Reply::Answer(
                             Grant::Held { .. } | Grant::FenceAhead(_) | Grant::Quarantined(_)
-                        ) | Reply::NotSent
+                        ) | Reply::NotSent(_)
                     )
                 );
             }
@@ -534,7 +559,7 @@ impl Engine {
             }
             Reply::Timeout => return Reply::Timeout,
             Reply::Failed(message) => return Reply::Failed(message),
-            Reply::NotSent => return Reply::NotSent,
+            Reply::NotSent(reason) => return Reply::NotSent(reason),
         };
         let wanted = self.topology.replica_acks;
         match (parse_grant(values), acknowledged) {

@@ -19,9 +19,9 @@ pub(crate) enum Reply<T> {
     Timeout,
     /// The call failed (connection refused or closed, server error): outcome unknown.
     Failed(String),
-    /// The call waited in the client's queue for its whole timeout and was never sent: the
-    /// master is overloaded. Nothing was applied.
-    NotSent,
+    /// The call was never sent, for the reason given: it waited in the client's queue for its
+    /// whole timeout, or the queue was full. Nothing was applied.
+    NotSent(&'static str),
 }
 
 impl<T> Reply<T> {
@@ -31,7 +31,7 @@ impl<T> Reply<T> {
             Reply::Answer(value) => Reply::Answer(answer(value)),
             Reply::Timeout => Reply::Timeout,
             Reply::Failed(message) => Reply::Failed(message),
-            Reply::NotSent => Reply::NotSent,
+            Reply::NotSent(reason) => Reply::NotSent(reason),
         }
     }
 }
@@ -112,8 +112,8 @@ impl Vote {
             None => Vote::NotAwaited,
             Some(Reply::Timeout) => Vote::Timeout,
             Some(Reply::Failed(message)) => Vote::Error { message },
-            Some(Reply::NotSent) => Vote::Error {
-                message: "not sent: queued behind other calls for the whole call timeout".into(),
+            Some(Reply::NotSent(reason)) => Vote::Error {
+                message: format!("not sent: {reason}"),
             },
             Some(Reply::Answer(answer)) => answered(answer),
         }

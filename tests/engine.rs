@@ -734,3 +734,61 @@ async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_under_load_refuses_calls_instead_of_stalling_them() {
+    let mut fx = plain_lab().await;
+    fx.lab.freeze(4).await.expect("freeze");
+    // More calls at once than the frozen master's queue takes: the first waits for it, the
+    // next ones queue, the rest are refused at once. Every call ends, within a bound, as a
+    // lease or as a clean "unavailable" (the client itself may be the bottleneck here).
+    const CALLERS: usize = 1500;
+    let acquired = futures::future::join_all((0..CALLERS).map(|i| {
+        let locks = fx.locks.clone();
+        async move {
+            let started = Instant::now();
+            let outcome = locks
+                .acquire(format!("crowd:{i}"))
+                .ttl(Duration::from_secs(30))
+                .await;
+            (outcome, started.elapsed())
+        }
+    }))
+    .await;
+    let (mut refused, mut slowest) = (0, Duration::ZERO);
+    let mut leases = Vec::new();
+    for (outcome, took) in acquired {
+        slowest = slowest.max(took);
+        let votes = match &outcome {
+            Ok(lease) => lease.votes().to_vec(),
+            Err(error) => {
+                assert!(error.is_unavailable(), "{error}");
+                error.votes().to_vec()
+            }
+        };
+        match &votes[4].vote {
+            Vote::Timeout | Vote::NotAwaited => {}
+            Vote::Error { message } if message.contains("too many calls already queued") => {
+                refused += 1
+            }
+            // Queued behind the frozen call past its caller's timeout: also never sent.
+            Vote::Error { message } if message.contains("not sent") => {}
+            other => panic!("the frozen group voted {other:?}"),
+        }
+        if let Ok(lease) = outcome {
+            leases.push(lease);
+        }
+    }
+    assert!(!leases.is_empty(), "no call got a lease");
+    assert!(refused > 0, "the frozen master's queue never filled");
+    // Far above the call timeout, far below what waiting in line for a frozen master costs.
+    assert!(
+        slowest < fx.topology.call_timeout() * 30,
+        "a call stalled {slowest:?} behind the frozen master"
+    );
+    fx.lab.thaw(4).await.expect("thaw");
+    for outcome in futures::future::join_all(leases.into_iter().map(|lease| lease.release())).await
+    {
+        assert!(outcome.expect("release").released);
+    }
+}
