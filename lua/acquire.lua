@@ -9,20 +9,33 @@ local left = quarantine_left(KEYS[#KEYS], ARGV[#ARGV])
 if left > 0 then
   return {3, left}
 end
+local stored_text = redis.call('GET', KEYS[2])
+local stored = tonumber(stored_text or '0') or 0
+local proposal = tonumber(ARGV[3])
+local value = ARGV[1] .. '\n' .. ARGV[4]
+if stored < proposal then
+  -- The common case in one call: take the lock if it is free (a value of the wrong type
+  -- raises an error, it is never overwritten), else learn who holds it.
+  local holder, record = holder_of(redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2], 'GET'))
+  if not holder then
+    redis.call('SET', KEYS[2], ARGV[3])
+    return {1}
+  end
+  if holder ~= ARGV[1] then
+    return {0, redis.call('PTTL', KEYS[1]), record}
+  end
+  -- Ours from an earlier round of this attempt, under a lower fence: take the new one.
+  redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[3])
+  return {1}
+end
 local holder, record = holder_of(redis.call('GET', KEYS[1]))
 if holder and holder ~= ARGV[1] then
   return {0, redis.call('PTTL', KEYS[1]), record}
 end
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local proposal = tonumber(ARGV[3])
 -- A retried delivery of this very grant finds its own token and fence: answer it again.
 if holder == ARGV[1] and stored == proposal then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return {1}
 end
-if stored >= proposal then
-  return {2, redis.call('GET', KEYS[2])}
-end
-redis.call('SET', KEYS[1], ARGV[1] .. '\n' .. ARGV[4], 'PX', ARGV[2])
-redis.call('SET', KEYS[2], ARGV[3])
-return {1}
+return {2, stored_text}

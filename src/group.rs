@@ -56,14 +56,17 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
     keys: Vec<Key>,
     args: Vec<Value>,
 ) -> Reply<R> {
-    let first = client
-        .evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())
-        .await;
+    // fred's command futures are several kilobytes: boxed here, the futures of every caller
+    // up the chain (and of every queued call, which never gets here) stay small and cheap to
+    // move into the fan-out.
+    let first =
+        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone()))
+            .await;
     let result = match first {
         Err(error) if error.details().starts_with("NOSCRIPT") => {
             let lua = script.lua().cloned().unwrap_or_default();
-            match client.script_load::<String, _>(lua).await {
-                Ok(_) => client.evalsha(script.sha1().clone(), keys, args).await,
+            match Box::pin(client.script_load::<String, _>(lua)).await {
+                Ok(_) => Box::pin(client.evalsha(script.sha1().clone(), keys, args)).await,
                 Err(error) => Err(error),
             }
         }
@@ -86,10 +89,10 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
     replicas: u32,
     timeout_ms: u64,
 ) -> Reply<(R, i64)> {
-    let acknowledged = client.wait::<i64>(
+    let acknowledged = Box::pin(client.wait::<i64>(
         i64::from(replicas),
         i64::try_from(timeout_ms).unwrap_or(i64::MAX),
-    );
+    ));
     let (answer, acknowledged) =
         tokio::join!(eval_by_sha::<R>(client, script, keys, args), acknowledged);
     match (answer, acknowledged) {
