@@ -15,7 +15,7 @@ use std::time::Duration;
 use fred::clients::WithOptions;
 use fred::prelude::Client;
 use fred::types::{Key, Value};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use crate::group::{eval_acknowledged, eval_by_sha};
 use crate::quorum::Reply;
@@ -96,6 +96,8 @@ pub(crate) struct Lane {
     /// `WAIT replicas timeout_ms` pipelined behind every acquire, when configured.
     acks: Option<(u32, u64)>,
     state: Mutex<State>,
+    /// Signalled each time the lane falls idle.
+    idle: Notify,
 }
 
 /// Passes the lane on when a direct call ends or its caller drops it.
@@ -118,6 +120,7 @@ impl Lane {
             call_timeout,
             acks,
             state: Mutex::new(State::default()),
+            idle: Notify::new(),
         }
     }
 
@@ -166,6 +169,25 @@ impl Lane {
         }
     }
 
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// Waits until no call is queued and none is being handed to the master. A call whose
+    /// caller stopped listening may still be on its way; anything sent after this (a PING,
+    /// say) reaches the master after it.
+    pub async fn settled(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if !self.state().busy {
+                return;
+            }
+            idle.await;
+        }
+    }
+
     /// Whether a new grant would be refused now (see [`MAX_QUEUED`]).
     pub fn full(&self) -> bool {
         self.state().queue.len() >= MAX_QUEUED
@@ -179,6 +201,7 @@ impl Lane {
         let mut state = self.state();
         if state.queue.is_empty() {
             state.busy = false;
+            self.idle.notify_waiters();
             return;
         }
         match tokio::runtime::Handle::try_current() {
@@ -189,6 +212,7 @@ impl Lane {
             Err(_) => {
                 state.queue.clear();
                 state.busy = false;
+                self.idle.notify_waiters();
             }
         }
     }
@@ -213,6 +237,7 @@ impl Lane {
                 }
                 if batch.is_empty() {
                     state.busy = false;
+                    self.idle.notify_waiters();
                     return;
                 }
                 batch

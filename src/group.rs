@@ -247,6 +247,14 @@ impl Group {
         eval_by_sha(&self.timed, script, keys, args).await
     }
 
+    /// Waits, within the per-call timeout, until every lock call handed to this group has
+    /// been answered, including those nobody waits for any more (the groups a vote was decided
+    /// without): a PING sent once the lane is idle comes back after them.
+    pub async fn settle(&self) {
+        let _ = tokio::time::timeout(self.lane.call_timeout(), self.lane.settled()).await;
+        let _ = self.ping().await;
+    }
+
     /// Whether this group's queue refuses new grants now (the client is overloaded).
     pub fn overloaded(&self) -> bool {
         self.lane.full()

@@ -218,8 +218,11 @@ impl Locks {
         self.engine.failovers.subscribe()
     }
 
-    /// Closes every group's connection.
+    /// Lets the lock calls in flight land (a grant that the vote was decided without still
+    /// reaches its group), then closes every group's connection. A process that exits right
+    /// after acquiring should call it, or its lock may stand on a bare majority.
     pub async fn close(&self) {
+        futures::future::join_all(self.engine.groups.iter().map(Group::settle)).await;
         self.engine.sentinels.stop().await;
         self.engine.waiters.stop().await;
         futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;

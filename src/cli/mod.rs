@@ -158,16 +158,35 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             clap_complete::generate(*shell, &mut command, "quorumlock", &mut std::io::stdout());
             Ok(exit::OK)
         }
-        Command::Status(args) => locks::status(&cli.connect().await?, args, json).await,
-        Command::List(args) => locks::list(&cli.connect().await?, args, json).await,
-        Command::Acquire(args) => locks::acquire(&cli.connect().await?, args, json).await,
-        Command::Release(args) => locks::release(&cli.connect().await?, args, json).await,
-        Command::Extend(args) => locks::extend(&cli.connect().await?, args, json).await,
-        Command::ForceRelease(args) => {
-            locks::force_release(&cli.connect().await?, args, json).await
+        Command::Status(args) => {
+            cli.with_locks(async |l| locks::status(l, args, json).await)
+                .await
         }
-        Command::Health => health::run(&cli.connect().await?, json).await,
-        Command::Watch(args) => locks::watch(&cli.connect().await?, args, json).await,
+        Command::List(args) => {
+            cli.with_locks(async |l| locks::list(l, args, json).await)
+                .await
+        }
+        Command::Acquire(args) => {
+            cli.with_locks(async |l| locks::acquire(l, args, json).await)
+                .await
+        }
+        Command::Release(args) => {
+            cli.with_locks(async |l| locks::release(l, args, json).await)
+                .await
+        }
+        Command::Extend(args) => {
+            cli.with_locks(async |l| locks::extend(l, args, json).await)
+                .await
+        }
+        Command::ForceRelease(args) => {
+            cli.with_locks(async |l| locks::force_release(l, args, json).await)
+                .await
+        }
+        Command::Health => cli.with_locks(async |l| health::run(l, json).await).await,
+        Command::Watch(args) => {
+            cli.with_locks(async |l| locks::watch(l, args, json).await)
+                .await
+        }
         Command::Serve(args) => serve::run(args, cli.topology()?.ok_or(NoTopology)?).await,
     }
 }
@@ -196,6 +215,18 @@ fn exit_code(error: &anyhow::Error) -> u8 {
 }
 
 impl Cli {
+    /// Runs a command against the configured topology, then closes it: before the process
+    /// exits, a grant the vote was decided without still lands on its group.
+    async fn with_locks(
+        &self,
+        command: impl AsyncFnOnce(&crate::lock::Locks) -> anyhow::Result<u8>,
+    ) -> anyhow::Result<u8> {
+        let locks = self.connect().await?;
+        let outcome = command(&locks).await;
+        locks.close().await;
+        outcome
+    }
+
     /// Connects to the configured topology.
     async fn connect(&self) -> anyhow::Result<crate::lock::Locks> {
         let topology = self.topology()?.ok_or(NoTopology)?;
