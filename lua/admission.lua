@@ -18,8 +18,13 @@ local function quarantine_left(marker, quarantine)
   if admitted[1] ~= history then
     quarantine = tonumber(quarantine)
     redis.set_repl(redis.REPL_NONE)
-    redis.call('HSET', marker, 'history', history, 'vote_from', now + quarantine)
+    local written = redis.pcall('HSET', marker, 'history', history, 'vote_from', now + quarantine)
+    -- Replication back on before any error goes up: the calls batched after this one
+    -- must replicate their writes.
     redis.set_repl(redis.REPL_ALL)
+    if type(written) == 'table' and written.err then
+      error(written)
+    end
     admission_left = quarantine
   else
     admission_left = tonumber(admitted[2]) - now

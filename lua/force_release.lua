@@ -1,10 +1,10 @@
 -- Delete the lock whoever holds it (an operator's last resort for a stuck lock), and wake the
 -- waiters. The fence stays: the next holder must still get a larger fencing token than the
 -- evicted one.
--- KEYS: lock   ARGV: release channel
+-- KEYS: lock   ARGV: release channel, announcement (unique to this force release)
 -- Returns 1 when a lock was there | 0
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], '')
+  redis.call('PUBLISH', ARGV[1], ARGV[2])
   return 1
 end
 return 0

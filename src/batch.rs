@@ -67,11 +67,12 @@ pub(crate) struct Call {
     pub args: Vec<Value>,
 }
 
-/// The script's answer, and how many replicas acknowledged it (`replica_acks` > 0, acquire).
+/// The script's answer, and (`replica_acks` > 0, a batch with an acquire) how many replicas
+/// acknowledged its writes, or why `WAIT` failed.
 #[derive(Debug, Clone)]
 pub(crate) struct Answer {
     pub value: Value,
-    pub acknowledged: Option<i64>,
+    pub acknowledged: Option<Result<i64, String>>,
 }
 
 struct Queued {
@@ -297,7 +298,7 @@ impl Lane {
                         }
                         value => Reply::Answer(Answer {
                             value,
-                            acknowledged,
+                            acknowledged: acknowledged.clone(),
                         }),
                     })
                     .collect()

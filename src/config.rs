@@ -276,11 +276,12 @@ impl Topology {
                 ),
             ));
         }
-        if self.retry_delay_ms > 60_000 {
+        // Zero would make every waiter's fallback timer fire at once: a busy loop.
+        if !(1..=60_000).contains(&self.retry_delay_ms) {
             return Err(invalid(
                 "retry_delay_ms",
                 format!(
-                    "must be at most 60000 milliseconds, got {}",
+                    "must be between 1 and 60000 milliseconds, got {}",
                     self.retry_delay_ms
                 ),
             ));
@@ -502,6 +503,10 @@ mod tests {
             (
                 "drift_factor = 0.9\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
                 "drift_factor",
+            ),
+            (
+                "retry_delay_ms = 0\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
+                "retry_delay_ms",
             ),
         ];
         for (text, key) in cases {

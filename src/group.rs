@@ -80,7 +80,8 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
 }
 
 /// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
-/// timeout_ms`; answers the script's reply and how many replicas acknowledged it.
+/// timeout_ms`; answers the script's reply and what `WAIT` said (how many replicas
+/// acknowledged the script's writes, or why it failed).
 pub(crate) async fn eval_acknowledged<R: FromValue>(
     client: &WithOptions<Client>,
     script: &Script,
@@ -88,20 +89,36 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
     args: Vec<Value>,
     replicas: u32,
     timeout_ms: u64,
-) -> Reply<(R, i64)> {
-    let acknowledged = Box::pin(client.wait::<i64>(
-        i64::from(replicas),
-        i64::try_from(timeout_ms).unwrap_or(i64::MAX),
-    ));
-    let (answer, acknowledged) =
-        tokio::join!(eval_by_sha::<R>(client, script, keys, args), acknowledged);
-    match (answer, acknowledged) {
-        (Reply::Answer(answer), Ok(count)) => Reply::Answer((answer, count)),
-        (Reply::Answer(_), Err(error)) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-        (Reply::Answer(_), Err(error)) => Reply::Failed(format!("WAIT failed: {error}")),
-        (Reply::Timeout, _) => Reply::Timeout,
-        (Reply::Failed(message), _) => Reply::Failed(message),
-        (Reply::NotSent(reason), _) => Reply::NotSent(reason),
+) -> Reply<(R, Result<i64, String>)> {
+    let wait = || {
+        Box::pin(client.wait::<i64>(
+            i64::from(replicas),
+            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+        ))
+    };
+    let (first, acknowledged) = tokio::join!(
+        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())),
+        wait()
+    );
+    let (answer, acknowledged) = match first {
+        // That WAIT counted replicas for the writes before the script: load it, run it again
+        // and wait behind it.
+        Err(error) if error.details().starts_with("NOSCRIPT") => {
+            let lua = script.lua().cloned().unwrap_or_default();
+            match Box::pin(client.script_load::<String, _>(lua)).await {
+                Ok(_) => tokio::join!(
+                    Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)),
+                    wait()
+                ),
+                Err(error) => (Err(error), acknowledged),
+            }
+        }
+        other => (other, acknowledged),
+    };
+    match answer {
+        Ok(answer) => Reply::Answer((answer, acknowledged.map_err(|error| error.to_string()))),
+        Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+        Err(error) => Reply::Failed(error.to_string()),
     }
 }
 

@@ -568,11 +568,14 @@ impl Engine {
         match (parse_grant(values), acknowledged) {
             // A grant its replicas have not seen could vanish in a failover: it does not count,
             // and the rollback removes it.
-            (Ok(Grant::Granted), Some(count)) if count < i64::from(wanted) => {
+            (Ok(Grant::Granted), Some(Ok(count))) if count < i64::from(wanted) => {
                 Reply::Failed(format!(
                     "grant acknowledged by {count} of {wanted} replicas within {} ms",
                     self.topology.replica_ack_timeout_ms
                 ))
+            }
+            (Ok(Grant::Granted), Some(Err(message))) => {
+                Reply::Failed(format!("WAIT for the grant's replicas failed: {message}"))
             }
             (Ok(grant), _) => Reply::Answer(grant),
             (Err(message), _) => Reply::Failed(message),
@@ -629,17 +632,31 @@ impl Engine {
         if !may_hold.contains(&true) {
             return;
         }
+        // Announced apart from the release of the lease this token may still win, and from
+        // other rollbacks of it, which the waiters must not take for repeats of this one.
         let release = Call {
             script: Script::Release,
             keys: keys.release(),
-            args: vec![token.into(), keys.released.as_str().into()],
+            args: vec![
+                token.into(),
+                keys.released.as_str().into(),
+                format!("{token}:rolled-back:{:08x}", rand::random::<u32>()).into(),
+            ],
         };
         futures::future::join_all(
             self.groups
                 .iter()
                 .zip(may_hold)
                 .filter(|(_, hold)| **hold)
-                .map(|(group, _)| group.call(release.clone())),
+                .map(|(group, _)| async {
+                    // Deletes are idempotent: a failed one is tried again like a release's,
+                    // or the grant would stand on that group until its TTL.
+                    for _ in 0..=DELETE_RETRIES {
+                        if let Reply::Answer(_) = group.call(release.clone()).await {
+                            return;
+                        }
+                    }
+                }),
         )
         .await;
     }
@@ -763,7 +780,7 @@ impl Engine {
         let release = Call {
             script: Script::Release,
             keys: keys.release(),
-            args: vec![token.into(), keys.released.as_str().into()],
+            args: vec![token.into(), keys.released.as_str().into(), token.into()],
         };
         // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
         // the deletes on every group (calls keep their order per group), so it does not wait
@@ -781,7 +798,12 @@ impl Engine {
     pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
         validate_resource(resource)?;
         let keys = self.keys(resource);
-        let (lock_keys, args) = (keys.release(), vec![keys.released.as_str().into()]);
+        // Each force release is announced under a name of its own (there is no token).
+        let announcement = format!("forced:{}", uuid::Uuid::new_v4().simple());
+        let (lock_keys, args) = (
+            keys.release(),
+            vec![keys.released.as_str().into(), announcement.into()],
+        );
         let votes = self
             .by_token(
                 |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),

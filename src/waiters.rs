@@ -72,9 +72,24 @@ impl Drop for Watch {
         };
         if let (true, Ok(runtime)) = (last, tokio::runtime::Handle::try_current()) {
             let (clients, channel) = (std::mem::take(&mut self.clients), self.channel.clone());
+            let channels = self.channels.clone();
             runtime.spawn(async move {
-                for client in clients {
+                for client in &clients {
                     let _ = client.unsubscribe(channel.as_str()).await;
+                }
+                // A new waiter may have subscribed while this unsubscribe was on its way, and
+                // the unsubscribe may have reached the server last: subscribe again for it.
+                let waited_for = channels
+                    .lock()
+                    .is_ok_and(|channels| channels.contains_key(&channel));
+                if waited_for {
+                    for client in &clients {
+                        let _ = tokio::time::timeout(
+                            CONNECT_TIMEOUT,
+                            client.subscribe(channel.as_str()),
+                        )
+                        .await;
+                    }
                 }
             });
         }
@@ -156,7 +171,6 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
             }
         };
         let _connection = client.connect();
-        let _ = tokio::time::timeout(CONNECT_TIMEOUT, client.wait_for_connect()).await;
         // Subscriptions come back by themselves after a reconnect or a failover.
         subscribers.tasks.push(client.manage_subscriptions());
         subscribers
@@ -164,6 +178,14 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
             .push(tokio::spawn(route(client.message_rx(), channels.clone())));
         subscribers.clients.push(client);
     }
+    // All at once: a group that is down costs the first waiter one timeout, not one each.
+    futures::future::join_all(
+        subscribers
+            .clients
+            .iter()
+            .map(|client| tokio::time::timeout(CONNECT_TIMEOUT, client.wait_for_connect())),
+    )
+    .await;
     subscribers
 }
 
