@@ -330,3 +330,37 @@ fn pack(calls: Vec<Call>) -> (Vec<Key>, Vec<Value>) {
     }
     (keys, args)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pack_lays_out_what_batch_lua_reads() {
+        let acquire = Call {
+            script: Script::Acquire,
+            keys: vec!["l".into(), "f".into(), "a".into()],
+            args: vec!["t".into(), Value::from(10_i64)],
+        };
+        let release = Call {
+            script: Script::Release,
+            keys: vec!["l2".into()],
+            args: Vec::new(),
+        };
+        let (keys, args) = pack(vec![acquire, release]);
+        let keys: Vec<String> = keys.iter().map(|k| k.as_str_lossy().to_string()).collect();
+        assert_eq!(keys, ["l", "f", "a", "l2"]);
+        let expected: Vec<Value> = vec![
+            Value::from(2_i64),
+            Value::from("acquire"),
+            Value::from(3_i64),
+            Value::from(2_i64),
+            Value::from("t"),
+            Value::from(10_i64),
+            Value::from("release"),
+            Value::from(1_i64),
+            Value::from(0_i64),
+        ];
+        assert_eq!(args, expected);
+    }
+}
