@@ -1,0 +1,265 @@
+//! The lab's layout and configs: which node gets which name and port (the order in the module
+//! docs), and the config text of every master, replica and Sentinel, including the listening
+//! lines of a TLS lab and the ids Sentinels are pre-seeded with.
+
+use std::path::Path;
+
+use super::certificates::TLS_DIR;
+use super::{LabError, LabSpec, NodeKind};
+
+/// A node about to be started.
+pub(super) struct Slot {
+    pub(super) name: String,
+    pub(super) group: Option<usize>,
+    pub(super) kind: NodeKind,
+    pub(super) port: u16,
+}
+
+pub(super) fn group_name(group: usize) -> String {
+    format!("g{}", group + 1)
+}
+
+pub(super) fn consecutive_ports(base: u16, count: usize) -> Result<Vec<u16>, LabError> {
+    let last = usize::from(base) + count - 1;
+    if base == 0 || last > usize::from(u16::MAX) {
+        return Err(LabError::InvalidSpec(format!(
+            "--base-port {base} cannot fit {count} consecutive ports below 65536; pick a base between 1024 and {}",
+            usize::from(u16::MAX) + 1 - count
+        )));
+    }
+    Ok((0..count)
+        .filter_map(|offset| u16::try_from(usize::from(base) + offset).ok())
+        .collect())
+}
+
+pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
+    let mut named = Vec::with_capacity(spec.node_count());
+    for group in 0..spec.groups {
+        named.push((
+            format!("g{}-master", group + 1),
+            Some(group),
+            NodeKind::Master,
+        ));
+    }
+    for group in 0..spec.groups {
+        for replica in 0..spec.replicas {
+            let name = format!("g{}-replica{}", group + 1, replica + 1);
+            named.push((name, Some(group), NodeKind::Replica));
+        }
+    }
+    for sentinel in 0..spec.sentinels {
+        named.push((
+            format!("sentinel{}", sentinel + 1),
+            None,
+            NodeKind::Sentinel,
+        ));
+    }
+    named
+        .into_iter()
+        .zip(ports)
+        .map(|((name, group, kind), &port)| Slot {
+            name,
+            group,
+            kind,
+            port,
+        })
+        .collect()
+}
+
+/// One config text per slot, in slot order.
+pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
+    let master_port = |group: usize| {
+        slots
+            .iter()
+            .find(|slot| slot.kind == NodeKind::Master && slot.group == Some(group))
+            .map(|slot| slot.port)
+    };
+    let sentinel_ids: Vec<(u16, String)> = slots
+        .iter()
+        .filter(|slot| slot.kind == NodeKind::Sentinel)
+        .map(|slot| (slot.port, random_sentinel_id()))
+        .collect();
+    slots
+        .iter()
+        .map(|slot| {
+            let node_dir = spec.dir.join(&slot.name);
+            match slot.kind {
+                NodeKind::Master => data_conf(spec, slot.port, &node_dir, None),
+                NodeKind::Replica => {
+                    data_conf(spec, slot.port, &node_dir, slot.group.and_then(master_port))
+                }
+                NodeKind::Sentinel => sentinel_conf(spec, slot, &node_dir, slots, &sentinel_ids),
+            }
+        })
+        .collect()
+}
+
+fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>) -> String {
+    let mut conf = format!(
+        "# Written by quorumlock lab. Sentinel may rewrite it when it reconfigures this node.\n\
+         {}\
+         bind 127.0.0.1\n\
+         daemonize no\n\
+         logfile \"\"\n\
+         dir {}\n\
+         save \"\"\n\
+         appendonly no\n\
+         # Full syncs go over the socket at once: no 5 s batching delay, no dump left on disk.\n\
+         repl-diskless-sync yes\n\
+         repl-diskless-sync-delay 0\n\
+         repl-diskless-load swapdb\n",
+        listen_conf(spec, port),
+        quote(node_dir)
+    );
+    if let Some(password) = &spec.password {
+        // A replica authenticates to its master, and a master becomes a replica after a failover.
+        conf.push_str(&format!("requirepass {password}\nmasterauth {password}\n"));
+    }
+    if let Some(master) = replica_of {
+        conf.push_str(&format!("replicaof 127.0.0.1 {master}\n"));
+    }
+    conf
+}
+
+/// Pre-seeds the other Sentinels and the replicas, which Sentinel would otherwise discover
+/// through hello messages and INFO only after a few seconds.
+fn sentinel_conf(
+    spec: &LabSpec,
+    me: &Slot,
+    node_dir: &Path,
+    slots: &[Slot],
+    sentinel_ids: &[(u16, String)],
+) -> String {
+    let quorum = spec.sentinels / 2 + 1;
+    let my_id = sentinel_ids
+        .iter()
+        .find(|(port, _)| *port == me.port)
+        .map(|(_, id)| id.as_str())
+        .unwrap_or_default();
+    let mut conf = format!(
+        "# Written by quorumlock lab; Sentinel rewrites it as it learns.\n\
+         {}\
+         bind 127.0.0.1\n\
+         daemonize no\n\
+         logfile \"\"\n\
+         dir {}\n\
+         sentinel myid {my_id}\n",
+        listen_conf(spec, me.port),
+        quote(node_dir)
+    );
+    if let Some(password) = &spec.password {
+        // Sentinels talk to each other too, so each presents the password the others require.
+        conf.push_str(&format!(
+            "requirepass {password}\nsentinel sentinel-pass {password}\n"
+        ));
+    }
+    for master in slots.iter().filter(|slot| slot.kind == NodeKind::Master) {
+        let Some(group) = master.group else { continue };
+        let name = group_name(group);
+        conf.push_str(&format!(
+            "sentinel monitor {name} 127.0.0.1 {} {quorum}\n\
+             sentinel down-after-milliseconds {name} {}\n\
+             sentinel failover-timeout {name} {}\n\
+             sentinel parallel-syncs {name} 1\n",
+            master.port, spec.down_after_ms, spec.failover_timeout_ms
+        ));
+        if let Some(password) = &spec.password {
+            conf.push_str(&format!("sentinel auth-pass {name} {password}\n"));
+        }
+        let replicas = slots
+            .iter()
+            .filter(|slot| slot.kind == NodeKind::Replica && slot.group == Some(group));
+        for replica in replicas {
+            conf.push_str(&format!(
+                "sentinel known-replica {name} 127.0.0.1 {}\n",
+                replica.port
+            ));
+        }
+        for (port, id) in sentinel_ids.iter().filter(|(port, _)| *port != me.port) {
+            conf.push_str(&format!(
+                "sentinel known-sentinel {name} 127.0.0.1 {port} {id}\n"
+            ));
+        }
+    }
+    conf
+}
+
+/// Sentinel requires a run id of exactly 40 hex characters.
+fn random_sentinel_id() -> String {
+    rand::random::<[u8; 20]>()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The listening lines of a node: a plain port, or TLS only with client certificates. With
+/// `tls-replication` replicas and Sentinels connect over TLS and announce their TLS port.
+fn listen_conf(spec: &LabSpec, port: u16) -> String {
+    if !spec.tls {
+        return format!("port {port}\n");
+    }
+    let tls = spec.dir.join(TLS_DIR);
+    format!(
+        "port 0\n\
+         tls-port {port}\n\
+         tls-cert-file {}\n\
+         tls-key-file {}\n\
+         tls-ca-cert-file {}\n\
+         tls-auth-clients yes\n\
+         tls-replication yes\n",
+        quote(&tls.join("node.crt")),
+        quote(&tls.join("node.key")),
+        quote(&tls.join("ca.crt")),
+    )
+}
+
+/// Quotes a path for a Redis config file.
+fn quote(path: &Path) -> String {
+    let text = path.display().to_string();
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_follows_the_documented_port_order() {
+        let spec = LabSpec::new("/tmp/lab");
+        let ports = consecutive_ports(7000, spec.node_count()).expect("fits");
+        let slots = layout(&spec, &ports);
+        let find = |name: &str| slots.iter().find(|slot| slot.name == name).map(|s| s.port);
+        assert_eq!(slots.len(), 13);
+        assert_eq!(find("g1-master"), Some(7000));
+        assert_eq!(find("g5-master"), Some(7004));
+        assert_eq!(find("g1-replica1"), Some(7005));
+        assert_eq!(find("g5-replica1"), Some(7009));
+        assert_eq!(find("sentinel1"), Some(7010));
+        assert_eq!(find("sentinel3"), Some(7012));
+        assert!(consecutive_ports(65530, 13).is_err());
+    }
+
+    #[test]
+    fn sentinel_conf_seeds_peers_and_replicas() {
+        let spec = LabSpec::new("/tmp/lab");
+        let ports = consecutive_ports(7000, spec.node_count()).expect("fits");
+        let slots = layout(&spec, &ports);
+        let confs = render_confs(&spec, &slots);
+        let sentinel = &confs[10];
+        assert!(sentinel.contains("sentinel monitor g3 127.0.0.1 7002 2\n"));
+        assert!(sentinel.contains("sentinel known-replica g3 127.0.0.1 7007\n"));
+        assert_eq!(sentinel.matches("sentinel known-sentinel g1 ").count(), 2);
+        assert!(
+            !sentinel.contains("127.0.0.1 7010 "),
+            "a Sentinel must not know itself"
+        );
+        let id = sentinel
+            .lines()
+            .find_map(|line| line.strip_prefix("sentinel myid "))
+            .unwrap_or_default();
+        assert_eq!(id.len(), 40);
+        assert!(confs[11].contains(&format!("known-sentinel g1 127.0.0.1 7010 {id}\n")));
+        assert!(confs[5].contains("replicaof 127.0.0.1 7000\n"));
+        assert!(!confs[0].contains("replicaof"));
+    }
+}
