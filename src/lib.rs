@@ -20,6 +20,7 @@
 //! Layout:
 //! - [`config`]: the topology file (groups, Sentinels, timeouts, drift) and its validation.
 //! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
+//! - `batch`: group commit: the lock calls waiting for one master go out as one script call.
 //! - `scripts`: the `lua/` files, compiled in and named once.
 //! - [`security`]: ACL credentials and TLS, applied alike to every client the engine builds.
 //! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
