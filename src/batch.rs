@@ -59,12 +59,13 @@ impl Script {
     }
 }
 
-/// One lock call for one master.
+/// One lock call, the same for every group: cloning it for each group shares its keys and
+/// arguments instead of copying them.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     pub script: Script,
-    pub keys: Vec<Key>,
-    pub args: Vec<Value>,
+    pub keys: Arc<[Key]>,
+    pub args: Arc<[Value]>,
 }
 
 /// The script's answer, and (`replica_acks` > 0, a batch with an acquire) how many replicas
@@ -255,27 +256,24 @@ impl Lane {
     }
 
     /// One script call for `calls`: the call's own script for one, `BATCH` for several.
-    async fn send(&self, mut calls: Vec<Call>) -> Vec<Reply<Answer>> {
+    async fn send(&self, calls: Vec<Call>) -> Vec<Reply<Answer>> {
         let count = calls.len();
         let acks = self
             .acks
             .filter(|_| calls.iter().any(|call| call.script == Script::Acquire));
-        let (script, keys, args) = if let [call] = calls.as_mut_slice() {
-            let (keys, args) = (
-                std::mem::take(&mut call.keys),
-                std::mem::take(&mut call.args),
-            );
-            (call.script.single(), keys, args)
-        } else {
-            let (keys, args) = pack(calls);
-            (&*scripts::BATCH, keys, args)
+        let (script, keys, args) = match calls.as_slice() {
+            [call] => (call.script.single(), call.keys.clone(), call.args.clone()),
+            _ => {
+                let (keys, args) = pack(&calls);
+                (&*scripts::BATCH, keys.into(), args.into())
+            }
         };
         let reply = match acks {
-            None => eval_by_sha::<Value>(&self.timed, script, keys, args)
+            None => eval_by_sha::<Value>(&self.timed, script, &keys, &args)
                 .await
                 .map(|value| (value, None)),
             Some((replicas, timeout_ms)) => {
-                eval_acknowledged::<Value>(&self.timed, script, keys, args, replicas, timeout_ms)
+                eval_acknowledged::<Value>(&self.timed, script, &keys, &args, replicas, timeout_ms)
                     .await
                     .map(|(value, count)| (value, Some(count)))
             }
@@ -315,7 +313,7 @@ impl Lane {
 }
 
 /// The keys and arguments of `lua/batch.lua` for `calls`.
-fn pack(calls: Vec<Call>) -> (Vec<Key>, Vec<Value>) {
+fn pack(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
     let key_count = calls.iter().map(|call| call.keys.len()).sum();
     let arg_count = calls.iter().map(|call| call.args.len() + 3).sum::<usize>() + 1;
     let mut keys = Vec::with_capacity(key_count);
@@ -325,8 +323,8 @@ fn pack(calls: Vec<Call>) -> (Vec<Key>, Vec<Value>) {
         args.push(Value::from(call.script.name()));
         args.push(Value::from(call.keys.len() as i64));
         args.push(Value::from(call.args.len() as i64));
-        keys.extend(call.keys);
-        args.extend(call.args);
+        keys.extend(call.keys.iter().cloned());
+        args.extend(call.args.iter().cloned());
     }
     (keys, args)
 }
@@ -339,15 +337,15 @@ mod tests {
     fn pack_lays_out_what_batch_lua_reads() {
         let acquire = Call {
             script: Script::Acquire,
-            keys: vec!["l".into(), "f".into(), "a".into()],
-            args: vec!["t".into(), Value::from(10_i64)],
+            keys: vec!["l".into(), "f".into(), "a".into()].into(),
+            args: vec!["t".into(), Value::from(10_i64)].into(),
         };
         let release = Call {
             script: Script::Release,
-            keys: vec!["l2".into()],
-            args: Vec::new(),
+            keys: vec!["l2".into()].into(),
+            args: Vec::new().into(),
         };
-        let (keys, args) = pack(vec![acquire, release]);
+        let (keys, args) = pack(&[acquire, release]);
         let keys: Vec<String> = keys.iter().map(|k| k.as_str_lossy().to_string()).collect();
         assert_eq!(keys, ["l", "f", "a", "l2"]);
         let expected: Vec<Value> = vec![

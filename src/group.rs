@@ -53,20 +53,23 @@ pub(crate) struct Group {
 pub(crate) async fn eval_by_sha<R: FromValue>(
     client: &WithOptions<Client>,
     script: &Script,
-    keys: Vec<Key>,
-    args: Vec<Value>,
+    keys: &[Key],
+    args: &[Value],
 ) -> Reply<R> {
     // fred's command futures are several kilobytes: boxed here, the futures of every caller
     // up the chain (and of every queued call, which never gets here) stay small and cheap to
     // move into the fan-out.
     let first =
-        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone()))
+        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec()))
             .await;
     let result = match first {
         Err(error) if error.details().starts_with("NOSCRIPT") => {
             let lua = script.lua().cloned().unwrap_or_default();
             match Box::pin(client.script_load::<String, _>(lua)).await {
-                Ok(_) => Box::pin(client.evalsha(script.sha1().clone(), keys, args)).await,
+                Ok(_) => {
+                    Box::pin(client.evalsha(script.sha1().clone(), keys.to_vec(), args.to_vec()))
+                        .await
+                }
                 Err(error) => Err(error),
             }
         }
@@ -85,8 +88,8 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
 pub(crate) async fn eval_acknowledged<R: FromValue>(
     client: &WithOptions<Client>,
     script: &Script,
-    keys: Vec<Key>,
-    args: Vec<Value>,
+    keys: &[Key],
+    args: &[Value],
     replicas: u32,
     timeout_ms: u64,
 ) -> Reply<(R, Result<i64, String>)> {
@@ -97,7 +100,7 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
         ))
     };
     let (first, acknowledged) = tokio::join!(
-        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.clone(), args.clone())),
+        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec())),
         wait()
     );
     let (answer, acknowledged) = match first {
@@ -107,7 +110,11 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
             let lua = script.lua().cloned().unwrap_or_default();
             match Box::pin(client.script_load::<String, _>(lua)).await {
                 Ok(_) => tokio::join!(
-                    Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys, args)),
+                    Box::pin(client.evalsha::<R, _, _, _>(
+                        script.sha1().clone(),
+                        keys.to_vec(),
+                        args.to_vec()
+                    )),
                     wait()
                 ),
                 Err(error) => (Err(error), acknowledged),
@@ -261,7 +268,7 @@ impl Group {
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Reply<R> {
-        eval_by_sha(&self.timed, script, keys, args).await
+        eval_by_sha(&self.timed, script, &keys, &args).await
     }
 
     /// Waits, within the per-call timeout, until every lock call handed to this group has

@@ -441,7 +441,7 @@ impl Engine {
         let n = self.size();
         let quorum = self.quorum;
         let mut may_hold = vec![false; n];
-        let script_keys = keys.acquire();
+        let script_keys: Arc<[fred::types::Key]> = keys.acquire().into();
         let quarantine = Value::from(to_millis(self.topology.max_ttl()) as i64);
         for round in 0..FENCE_ROUNDS {
             // Refused before anything is sent when too few groups would take the call: a
@@ -470,16 +470,21 @@ impl Engine {
                 return Err((self.denial(resource, votes), may_hold));
             }
             let fence = self.propose_fence();
-            let args: Vec<Value> = vec![
-                token.into(),
-                Value::from(to_millis(ttl) as i64),
-                Value::from(fence.to_string()),
-                record.into(),
-                quarantine.clone(),
-            ];
+            let grant = Call {
+                script: Script::Acquire,
+                keys: script_keys.clone(),
+                args: vec![
+                    token.into(),
+                    Value::from(to_millis(ttl) as i64),
+                    Value::from(fence.to_string()),
+                    record.into(),
+                    quarantine.clone(),
+                ]
+                .into(),
+            };
             let replies = fan_out(
                 &self.groups,
-                |group| self.ask_grant(group, script_keys.clone(), args.clone()),
+                |group| self.ask_grant(group, grant.clone()),
                 |replies| {
                     let granted = count(replies, |r| matches!(r, Reply::Answer(Grant::Granted)));
                     let lost = count(replies, |r| {
@@ -541,18 +546,8 @@ impl Engine {
 
     /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
     /// once that many replicas acknowledged it (`WAIT`, pipelined behind the script).
-    async fn ask_grant(
-        &self,
-        group: &Group,
-        keys: Vec<fred::types::Key>,
-        args: Vec<Value>,
-    ) -> Reply<Grant> {
-        let call = Call {
-            script: Script::Acquire,
-            keys,
-            args,
-        };
-        let (values, acknowledged) = match group.call(call).await {
+    async fn ask_grant(&self, group: &Group, grant: Call) -> Reply<Grant> {
+        let (values, acknowledged) = match group.call(grant).await {
             Reply::Answer(Answer {
                 value: Value::Array(values),
                 acknowledged,
@@ -636,12 +631,13 @@ impl Engine {
         // other rollbacks of it, which the waiters must not take for repeats of this one.
         let release = Call {
             script: Script::Release,
-            keys: keys.release(),
+            keys: keys.release().into(),
             args: vec![
                 token.into(),
                 keys.released.as_str().into(),
                 format!("{token}:rolled-back:{:08x}", rand::random::<u32>()).into(),
-            ],
+            ]
+            .into(),
         };
         futures::future::join_all(
             self.groups
@@ -752,8 +748,8 @@ impl Engine {
         ];
         let renew = Call {
             script: Script::Extend,
-            keys: self.keys(resource).extend(),
-            args,
+            keys: self.keys(resource).extend().into(),
+            args: args.into(),
         };
         let votes = self
             .by_token(
@@ -779,8 +775,8 @@ impl Engine {
         let keys = self.keys(resource);
         let release = Call {
             script: Script::Release,
-            keys: keys.release(),
-            args: vec![token.into(), keys.released.as_str().into(), token.into()],
+            keys: keys.release().into(),
+            args: vec![token.into(), keys.released.as_str().into(), token.into()].into(),
         };
         // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
         // the deletes on every group (calls keep their order per group), so it does not wait
