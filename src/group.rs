@@ -56,6 +56,7 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
     keys: &[Key],
     args: &[Value],
 ) -> Reply<R> {
+    let started = tokio::time::Instant::now();
     // fred's command futures are several kilobytes: boxed here, the futures of every caller
     // up the chain (and of every queued call, which never gets here) stay small and cheap to
     // move into the fan-out.
@@ -64,13 +65,19 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
             .await;
     let result = match first {
         Err(error) if error.details().starts_with("NOSCRIPT") => {
-            let lua = script.lua().cloned().unwrap_or_default();
-            match Box::pin(client.script_load::<String, _>(lua)).await {
-                Ok(_) => {
-                    Box::pin(client.evalsha(script.sha1().clone(), keys.to_vec(), args.to_vec()))
-                        .await
-                }
-                Err(error) => Err(error),
+            // The load and the second run share what is left of one call timeout, so a master
+            // that froze in between does not stall the call for three.
+            let reload = async {
+                let lua = script.lua().cloned().unwrap_or_default();
+                Box::pin(client.script_load::<String, _>(lua)).await?;
+                Box::pin(client.evalsha(script.sha1().clone(), keys.to_vec(), args.to_vec())).await
+            };
+            match client.options().timeout {
+                Some(limit) => match tokio::time::timeout_at(started + limit, reload).await {
+                    Ok(result) => result,
+                    Err(_) => return Reply::Timeout,
+                },
+                None => reload.await,
             }
         }
         other => other,
@@ -99,6 +106,7 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
             i64::try_from(timeout_ms).unwrap_or(i64::MAX),
         ))
     };
+    let started = tokio::time::Instant::now();
     let (first, acknowledged) = tokio::join!(
         Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec())),
         wait()
@@ -107,17 +115,27 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
         // That WAIT counted replicas for the writes before the script: load it, run it again
         // and wait behind it.
         Err(error) if error.details().starts_with("NOSCRIPT") => {
-            let lua = script.lua().cloned().unwrap_or_default();
-            match Box::pin(client.script_load::<String, _>(lua)).await {
-                Ok(_) => tokio::join!(
-                    Box::pin(client.evalsha::<R, _, _, _>(
-                        script.sha1().clone(),
-                        keys.to_vec(),
-                        args.to_vec()
-                    )),
-                    wait()
-                ),
-                Err(error) => (Err(error), acknowledged),
+            let reload = async {
+                let lua = script.lua().cloned().unwrap_or_default();
+                match Box::pin(client.script_load::<String, _>(lua)).await {
+                    Ok(_) => tokio::join!(
+                        Box::pin(client.evalsha::<R, _, _, _>(
+                            script.sha1().clone(),
+                            keys.to_vec(),
+                            args.to_vec()
+                        )),
+                        wait()
+                    ),
+                    Err(error) => (Err(error), acknowledged),
+                }
+            };
+            // Within what is left of one call timeout, as in `eval_by_sha`.
+            match client.options().timeout {
+                Some(limit) => match tokio::time::timeout_at(started + limit, reload).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => return Reply::Timeout,
+                },
+                None => reload.await,
             }
         }
         other => (other, acknowledged),
