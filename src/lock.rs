@@ -356,7 +356,10 @@ impl Engine {
             // Other waiters of this process queue for this lock: it is held. Take a place in
             // the queue (releases wake one waiter at a time, the longest waiting first) rather
             // than spend a vote on it; the timer covers a release nobody announces.
-            let queued = self.waiters.watch(&self.groups, &keys.released).await;
+            let queued = self
+                .waiters
+                .watch(&self.groups, &keys.released, deadline)
+                .await;
             let released = queued.notify();
             let fallback = (self.topology.retry_delay() * 10)
                 .min(deadline.saturating_duration_since(Instant::now()));
@@ -403,7 +406,11 @@ impl Engine {
             if watch.is_none() && matches!(error, Error::Held { .. }) {
                 // Try again at once after subscribing: a release before the subscription
                 // shows up as a free lock, one after it as a message.
-                watch = Some(self.waiters.watch(&self.groups, &keys.released).await);
+                watch = Some(
+                    self.waiters
+                        .watch(&self.groups, &keys.released, deadline)
+                        .await,
+                );
                 continue;
             }
             let delay = match (&watch, holder_left) {

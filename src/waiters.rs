@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::clients::SubscriberClient;
 use fred::prelude::*;
@@ -98,7 +98,9 @@ impl Drop for Watch {
 
 impl Waiters {
     /// Registers interest in `channel`, subscribing on every group if nobody else waits on it.
-    pub async fn watch(&self, groups: &[Group], channel: &str) -> Watch {
+    /// Subscribing stops at `deadline` (the caller's wait): a group that is down must not hold
+    /// a waiter past it; the timer covers what a missing subscription would have announced.
+    pub async fn watch(&self, groups: &[Group], channel: &str, deadline: Instant) -> Watch {
         let subscribers = self
             .subscribers
             .get_or_init(|| start(groups, self.channels.clone()))
@@ -117,18 +119,21 @@ impl Waiters {
             }
             Err(_) => (Arc::new(Notify::new()), false),
         };
-        if first {
-            let subscriptions = subscribers.clients.iter().map(|client| async move {
-                let _ = tokio::time::timeout(CONNECT_TIMEOUT, client.subscribe(channel)).await;
-            });
-            futures::future::join_all(subscriptions).await;
-        }
-        Watch {
+        // Made before subscribing, so a caller that gives up meanwhile still unregisters.
+        let watch = Watch {
             channel: channel.to_string(),
             notify,
             channels: self.channels.clone(),
             clients: subscribers.clients.clone(),
+        };
+        if first {
+            let limit = deadline.min(Instant::now() + CONNECT_TIMEOUT);
+            let subscriptions = subscribers.clients.iter().map(|client| async move {
+                let _ = tokio::time::timeout_at(limit.into(), client.subscribe(channel)).await;
+            });
+            futures::future::join_all(subscriptions).await;
         }
+        watch
     }
 
     /// A release by this process, announced to its own waiters without waiting for the groups
