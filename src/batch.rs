@@ -17,7 +17,7 @@ use fred::prelude::Client;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, oneshot};
 
-use crate::group::{eval_acknowledged, eval_by_sha};
+use crate::group::eval_script;
 use crate::quorum::Reply;
 use crate::scripts;
 
@@ -268,16 +268,7 @@ impl Lane {
                 (&*scripts::BATCH, keys.into(), args.into())
             }
         };
-        let reply = match acks {
-            None => eval_by_sha::<Value>(&self.timed, script, &keys, &args)
-                .await
-                .map(|value| (value, None)),
-            Some((replicas, timeout_ms)) => {
-                eval_acknowledged::<Value>(&self.timed, script, &keys, &args, replicas, timeout_ms)
-                    .await
-                    .map(|(value, count)| (value, Some(count)))
-            }
-        };
+        let reply = eval_script::<Value>(&self.timed, script, &keys, &args, acks).await;
         match reply {
             Reply::Answer((value, acknowledged)) if count == 1 => {
                 vec![Reply::Answer(Answer {

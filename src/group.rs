@@ -49,87 +49,58 @@ pub(crate) struct Group {
     lane: Arc<Lane>,
 }
 
-/// Runs `script` by SHA; on NOSCRIPT, loads it and runs it again.
-pub(crate) async fn eval_by_sha<R: FromValue>(
+/// One run of `script` by SHA and, with `acks = Some((replicas, timeout_ms))`, `WAIT`
+/// pipelined right behind it on the same connection.
+async fn run_once<R: FromValue>(
     client: &WithOptions<Client>,
     script: &Script,
     keys: &[Key],
     args: &[Value],
-) -> Reply<R> {
-    let started = tokio::time::Instant::now();
+    acks: Option<(u32, u64)>,
+) -> (
+    Result<R, fred::error::Error>,
+    Option<Result<i64, fred::error::Error>>,
+) {
     // fred's command futures are several kilobytes: boxed here, the futures of every caller
     // up the chain (and of every queued call, which never gets here) stay small and cheap to
     // move into the fan-out.
-    let first =
-        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec()))
-            .await;
-    let result = match first {
-        Err(error) if error.details().starts_with("NOSCRIPT") => {
-            // The load and the second run share what is left of one call timeout, so a master
-            // that froze in between does not stall the call for three.
-            let reload = async {
-                let lua = script.lua().cloned().unwrap_or_default();
-                Box::pin(client.script_load::<String, _>(lua)).await?;
-                Box::pin(client.evalsha(script.sha1().clone(), keys.to_vec(), args.to_vec())).await
-            };
-            match client.options().timeout {
-                Some(limit) => match tokio::time::timeout_at(started + limit, reload).await {
-                    Ok(result) => result,
-                    Err(_) => return Reply::Timeout,
-                },
-                None => reload.await,
-            }
+    let eval =
+        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec()));
+    match acks {
+        None => (eval.await, None),
+        Some((replicas, timeout_ms)) => {
+            let wait = Box::pin(client.wait::<i64>(
+                i64::from(replicas),
+                i64::try_from(timeout_ms).unwrap_or(i64::MAX),
+            ));
+            let (answer, acknowledged) = tokio::join!(eval, wait);
+            (answer, Some(acknowledged))
         }
-        other => other,
-    };
-    match result {
-        Ok(answer) => Reply::Answer(answer),
-        Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-        Err(error) => Reply::Failed(error.to_string()),
     }
 }
 
-/// Runs `script` and, pipelined right behind it on the same connection, `WAIT replicas
-/// timeout_ms`; answers the script's reply and what `WAIT` said (how many replicas
-/// acknowledged the script's writes, or why it failed).
-pub(crate) async fn eval_acknowledged<R: FromValue>(
+/// Runs `script` by SHA and, with `acks`, `WAIT` behind it; answers the script's reply and
+/// what `WAIT` said (how many replicas acknowledged the script's writes, or why it failed).
+/// On NOSCRIPT it loads the script and runs both again (a `WAIT` sent before the script ran
+/// counted replicas for earlier writes), within what is left of one call timeout, so a master
+/// that froze in between does not stall the call for three.
+pub(crate) async fn eval_script<R: FromValue>(
     client: &WithOptions<Client>,
     script: &Script,
     keys: &[Key],
     args: &[Value],
-    replicas: u32,
-    timeout_ms: u64,
-) -> Reply<(R, Result<i64, String>)> {
-    let wait = || {
-        Box::pin(client.wait::<i64>(
-            i64::from(replicas),
-            i64::try_from(timeout_ms).unwrap_or(i64::MAX),
-        ))
-    };
+    acks: Option<(u32, u64)>,
+) -> Reply<(R, Option<Result<i64, String>>)> {
     let started = tokio::time::Instant::now();
-    let (first, acknowledged) = tokio::join!(
-        Box::pin(client.evalsha::<R, _, _, _>(script.sha1().clone(), keys.to_vec(), args.to_vec())),
-        wait()
-    );
-    let (answer, acknowledged) = match first {
-        // That WAIT counted replicas for the writes before the script: load it, run it again
-        // and wait behind it.
-        Err(error) if error.details().starts_with("NOSCRIPT") => {
+    let (answer, acknowledged) = match run_once(client, script, keys, args, acks).await {
+        (Err(error), _) if error.details().starts_with("NOSCRIPT") => {
             let reload = async {
                 let lua = script.lua().cloned().unwrap_or_default();
                 match Box::pin(client.script_load::<String, _>(lua)).await {
-                    Ok(_) => tokio::join!(
-                        Box::pin(client.evalsha::<R, _, _, _>(
-                            script.sha1().clone(),
-                            keys.to_vec(),
-                            args.to_vec()
-                        )),
-                        wait()
-                    ),
-                    Err(error) => (Err(error), acknowledged),
+                    Ok(_) => run_once(client, script, keys, args, acks).await,
+                    Err(error) => (Err(error), None),
                 }
             };
-            // Within what is left of one call timeout, as in `eval_by_sha`.
             match client.options().timeout {
                 Some(limit) => match tokio::time::timeout_at(started + limit, reload).await {
                     Ok(outcome) => outcome,
@@ -138,13 +109,28 @@ pub(crate) async fn eval_acknowledged<R: FromValue>(
                 None => reload.await,
             }
         }
-        other => (other, acknowledged),
+        outcome => outcome,
     };
     match answer {
-        Ok(answer) => Reply::Answer((answer, acknowledged.map_err(|error| error.to_string()))),
+        Ok(answer) => Reply::Answer((
+            answer,
+            acknowledged.map(|count| count.map_err(|error| error.to_string())),
+        )),
         Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
         Err(error) => Reply::Failed(error.to_string()),
     }
+}
+
+/// Runs `script` by SHA within the per-call timeout, reloading it on NOSCRIPT.
+pub(crate) async fn eval_by_sha<R: FromValue>(
+    client: &WithOptions<Client>,
+    script: &Script,
+    keys: &[Key],
+    args: &[Value],
+) -> Reply<R> {
+    eval_script(client, script, keys, args, None)
+        .await
+        .map(|(answer, _)| answer)
 }
 
 /// Loads every script; a failure only means the first call pays a NOSCRIPT round trip.
