@@ -646,20 +646,14 @@ impl Engine {
             ]
             .into(),
         };
+        // Deletes are idempotent: a failed one is tried again like a release's, or the grant
+        // would stand on that group until its TTL.
         futures::future::join_all(
             self.groups
                 .iter()
                 .zip(may_hold)
                 .filter(|(_, hold)| **hold)
-                .map(|(group, _)| async {
-                    // Deletes are idempotent: a failed one is tried again like a release's,
-                    // or the grant would stand on that group until its TTL.
-                    for _ in 0..=DELETE_RETRIES {
-                        if let Reply::Answer(_) = group.call(release.clone()).await {
-                            return;
-                        }
-                    }
-                }),
+                .map(|(group, _)| answered(DELETE_RETRIES, || group.call(release.clone()))),
         )
         .await;
     }
@@ -684,16 +678,7 @@ impl Engine {
         let mut majority_seen = false;
         let replies = fan_out(
             &self.groups,
-            |group| async move {
-                let mut reply = ask(group).await;
-                for _ in 0..retries {
-                    if matches!(reply, Reply::Answer(_)) {
-                        break;
-                    }
-                    reply = ask(group).await;
-                }
-                reply
-            },
+            |group| answered(retries, || ask(group)),
             |replies| {
                 let yes = count(
                     replies,
@@ -831,6 +816,21 @@ impl Engine {
             votes,
         })
     }
+}
+
+/// `ask`'s first answer, tried up to `retries` more times while it times out or fails.
+async fn answered<T, Fut>(retries: usize, ask: impl Fn() -> Fut) -> Reply<T>
+where
+    Fut: Future<Output = Reply<T>>,
+{
+    let mut reply = ask().await;
+    for _ in 0..retries {
+        if matches!(reply, Reply::Answer(_)) {
+            break;
+        }
+        reply = ask().await;
+    }
+    reply
 }
 
 /// A lock call's answer without the replica count (release and extend never wait for it).
