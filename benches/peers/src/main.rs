@@ -1,9 +1,14 @@
 //! quorumlock vs rslock, side by side, in one process, against one local lab.
 //!
-//! The same workloads run for both libraries, interleaved round by round (quorumlock, rslock,
-//! rslock, quorumlock, ... — the order alternates so neither always runs on a warmer or
-//! colder machine), and every figure is the median over the rounds. On a small shared
-//! machine the absolute numbers move a lot from run to run; the ratios are what holds.
+//! A third column, the floor (`floor.rs`), is the least a Redlock on fred can do: `SET NX PX`
+//! to every master, counted at a majority, compare-and-delete to release, nothing else. It
+//! shows what the protocol and the client library cost on this machine, apart from
+//! quorumlock's fencing, admission check and batching.
+//!
+//! The same workloads run for every library, interleaved round by round (each library goes
+//! first, second and last in turn, so none always runs on a warmer or colder machine), and
+//! every figure is the median over the rounds. On a small shared machine the absolute numbers
+//! move a lot from run to run; the ratios are what holds.
 //!
 //! Workloads, per round and per library (TTL 10 s everywhere):
 //! 1. sequential acquire latency: acquire one resource, release it, repeat; only the acquire
@@ -27,7 +32,7 @@
 //! Options: --rounds N (5), --shape sentinel|plain|both (both), --samples N (2000),
 //!   --runtime multi|current (multi: the tokio runtime both libraries share),
 //!   --c1-secs S (1), --c64-secs S (2), --contend-secs S (2),
-//!   --profile quorumlock|rslock --secs S: start the product-shaped lab (or --shape plain),
+//!   --profile quorumlock|rslock|floor --secs S: start the product-shaped lab (or --shape plain),
 //!   warm up, print the PIDs, then run only that library's concurrency-64 phase for S
 //!   seconds (for `perf`).
 
@@ -36,6 +41,9 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod floor;
+
+use floor::{Floor, FloorLock};
 use hdrhistogram::Histogram;
 use quorumlock::Locks;
 use quorumlock::lab::{Lab, LabSpec, NodeKind};
@@ -93,6 +101,7 @@ impl Shape {
 enum LibKind {
     Quorum,
     Rs,
+    Floor,
 }
 
 impl LibKind {
@@ -100,6 +109,7 @@ impl LibKind {
         match self {
             LibKind::Quorum => "quorumlock",
             LibKind::Rs => "rslock",
+            LibKind::Floor => "floor",
         }
     }
 }
@@ -168,16 +178,17 @@ fn parse_options() -> Result<Options, String> {
                 options.profile = Some(match value()?.as_str() {
                     "quorumlock" => LibKind::Quorum,
                     "rslock" => LibKind::Rs,
+                    "floor" => LibKind::Floor,
                     other => {
                         return Err(format!(
-                            "--profile must be quorumlock or rslock, not {other}"
+                            "--profile must be quorumlock, rslock or floor, not {other}"
                         ));
                     }
                 })
             }
             "-h" | "--help" => {
                 return Err("usage: quorumlock-peers [--rounds N] [--shape sentinel|plain|both] [--samples N] [--runtime multi|current] \
-                     [--c1-secs S] [--c64-secs S] [--contend-secs S] | --profile quorumlock|rslock [--secs S] [--shape ..]"
+                     [--c1-secs S] [--c64-secs S] [--contend-secs S] | --profile quorumlock|rslock|floor [--secs S] [--shape ..]"
                     .into());
             }
             other => return Err(format!("unknown option {other} (try --help)")),
@@ -196,11 +207,13 @@ fn parse_options() -> Result<Options, String> {
 enum Lib {
     Quorum(Locks),
     Rs(LockManager),
+    Floor(Arc<Floor>),
 }
 
 enum Handle {
     Quorum(quorumlock::Lease),
     Rs(rslock::Lock),
+    Floor(FloorLock),
 }
 
 struct Held {
@@ -218,6 +231,7 @@ impl Lib {
         match self {
             Lib::Quorum(_) => LibKind::Quorum,
             Lib::Rs(_) => LibKind::Rs,
+            Lib::Floor(_) => LibKind::Floor,
         }
     }
 
@@ -244,6 +258,15 @@ impl Lib {
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(rs_held(lock))
+            }
+            Lib::Floor(floor) => {
+                let lock = floor.try_acquire(resource, TTL).await?;
+                Ok(Held {
+                    valid_until: lock.valid_until,
+                    fence: None,
+                    attempts: None,
+                    handle: Handle::Floor(lock),
+                })
             }
         }
     }
@@ -280,6 +303,11 @@ impl Lib {
                     Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(1)).await,
                     Err(_) => return None,
                 },
+                // No order among waiters: each retries after a millisecond.
+                Lib::Floor(_) => match self.try_acquire(resource).await {
+                    Ok(held) => return Some(held),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                },
             }
         }
     }
@@ -294,7 +322,11 @@ impl Lib {
                 manager.unlock(&lock).await;
                 Ok(())
             }
-            (Lib::Quorum(_), Handle::Rs(_)) => Err("an rslock lock handed to quorumlock".into()),
+            (Lib::Floor(floor), Handle::Floor(lock)) => {
+                floor.release(&lock).await;
+                Ok(())
+            }
+            (_, _) => Err("a lock handed to another library".into()),
         }
     }
 }
@@ -712,7 +744,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "fence_regr",
-        label: "fencing regressions (sum; rslock has no tokens)",
+        label: "fencing regressions (sum; only quorumlock has tokens)",
         better: "must be 0",
         summed: true,
         decimals: 0,
@@ -823,6 +855,7 @@ struct Lab2 {
     _dir: tempfile::TempDir,
     quorum: Lib,
     rs: Lib,
+    floor: Lib,
     pids: LabPids,
 }
 
@@ -835,20 +868,23 @@ async fn start(shape: Shape) -> Result<Lab2, BoxError> {
     }
     let lab = Lab::start(spec).await?;
     let locks = Locks::connect(lab.topology()).await?;
-    let mut uris = Vec::new();
+    let mut ports = Vec::new();
     for group in 0..lab.spec().groups {
-        uris.push(format!(
-            "redis://127.0.0.1:{}",
-            lab.master_of(group).await?.port
-        ));
+        ports.push(lab.master_of(group).await?.port);
     }
+    let uris: Vec<String> = ports
+        .iter()
+        .map(|port| format!("redis://127.0.0.1:{port}"))
+        .collect();
     let manager = LockManager::new(uris);
+    let floor = Floor::connect(&ports).await?;
     let pids = LabPids::of(&lab).await;
     Ok(Lab2 {
         lab,
         _dir: dir,
         quorum: Lib::Quorum(locks),
         rs: Lib::Rs(manager),
+        floor: Lib::Floor(floor),
         pids,
     })
 }
@@ -858,6 +894,9 @@ async fn stop(lab: Lab2) {
         locks.close().await;
     }
     drop(lab.rs);
+    if let Lib::Floor(floor) = &lab.floor {
+        floor.close().await;
+    }
     if let Err(error) = lab.lab.stop().await {
         eprintln!("warning: lab did not stop cleanly: {error}");
     }
@@ -879,12 +918,24 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
         shape.describe(),
         options.rounds
     );
-    let _ = writeln!(out, "| figure | quorumlock | rslock | ratio q/r | better |");
-    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    let _ = writeln!(
+        out,
+        "| figure | quorumlock | rslock | floor | ratio q/r | ratio floor/r | better |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    let ratio = |a: f64, b: f64, summed: bool| {
+        if summed || b == 0.0 || b.is_nan() || a.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{:.2}", a / b)
+        }
+    };
     for row in ROWS {
         let pick = |kind: LibKind| -> f64 {
-            let values: Vec<f64> = results[&kind]
-                .iter()
+            let values: Vec<f64> = results
+                .get(&kind)
+                .into_iter()
+                .flatten()
                 .filter_map(|f| f.get(row.key).copied())
                 .collect();
             if row.summed {
@@ -893,62 +944,76 @@ fn table(shape: Shape, options: &Options, results: &BTreeMap<LibKind, Vec<Figure
                 median(values)
             }
         };
-        let (q, r) = (pick(LibKind::Quorum), pick(LibKind::Rs));
-        let ratio = if row.summed || r == 0.0 || r.is_nan() || q.is_nan() {
-            "-".to_string()
-        } else {
-            format!("{:.2}", q / r)
-        };
-        let r_text = if row.key == "fence_regr" {
-            "n/a".into()
-        } else {
-            format_value(r, row.decimals)
+        let (q, r, f) = (
+            pick(LibKind::Quorum),
+            pick(LibKind::Rs),
+            pick(LibKind::Floor),
+        );
+        // Only quorumlock has fencing tokens.
+        let without_tokens = |v: f64| {
+            if row.key == "fence_regr" {
+                "n/a".into()
+            } else {
+                format_value(v, row.decimals)
+            }
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             row.label,
             format_value(q, row.decimals),
-            r_text,
-            ratio,
+            without_tokens(r),
+            without_tokens(f),
+            ratio(q, r, row.summed),
+            ratio(f, r, row.summed),
             row.better
         );
     }
     let m = |kind: LibKind, key: &str| {
         median(
-            results[&kind]
-                .iter()
+            results
+                .get(&kind)
+                .into_iter()
+                .flatten()
                 .filter_map(|f| f.get(key).copied())
                 .collect(),
         )
     };
     let s = |kind: LibKind, key: &str| {
-        results[&kind]
-            .iter()
+        results
+            .get(&kind)
+            .into_iter()
+            .flatten()
             .filter_map(|f| f.get(key).copied())
             .sum::<f64>()
     };
-    let (q, r) = (LibKind::Quorum, LibKind::Rs);
     let verdict = |ok: bool| if ok { "MET" } else { "NOT MET" };
-    let p50 = m(q, "acq_p50") / m(r, "acq_p50");
-    let c64 = m(q, "c64") / m(r, "c64");
-    let cont = m(q, "cont") / m(r, "cont");
-    let overlaps = s(q, "overlaps");
-    let _ = writeln!(out, "\nTargets (quorumlock vs rslock):");
+    let versus = |kind: LibKind, key: &str| m(kind, key) / m(LibKind::Rs, key);
     let _ = writeln!(
         out,
-        "- acquire p50 <= 0.5 x rslock: {p50:.2} x -> {}",
-        verdict(p50 <= 0.5)
+        "\nTargets (quorumlock vs rslock; the floor's own ratio in brackets):"
     );
+    let p50 = versus(LibKind::Quorum, "acq_p50");
     let _ = writeln!(
         out,
-        "- cycles/s at concurrency 64 >= 2 x rslock: {c64:.2} x -> {}",
-        verdict(c64 >= 2.0)
+        "- acquire p50 <= 0.5 x rslock: {p50:.2} x -> {} (floor {:.2} x)",
+        verdict(p50 <= 0.5),
+        versus(LibKind::Floor, "acq_p50")
     );
+    let c64 = versus(LibKind::Quorum, "c64");
     let _ = writeln!(
         out,
-        "- contended acquisitions/s >= 1.5 x rslock with 0 overlaps: {cont:.2} x, {overlaps} overlaps -> {}",
-        verdict(cont >= 1.5 && overlaps == 0.0)
+        "- cycles/s at concurrency 64 >= 2 x rslock: {c64:.2} x -> {} (floor {:.2} x)",
+        verdict(c64 >= 2.0),
+        versus(LibKind::Floor, "c64")
+    );
+    let cont = versus(LibKind::Quorum, "cont");
+    let overlaps = s(LibKind::Quorum, "overlaps");
+    let _ = writeln!(
+        out,
+        "- contended acquisitions/s >= 1.5 x rslock with 0 overlaps: {cont:.2} x, {overlaps} overlaps -> {} (floor {:.2} x)",
+        verdict(cont >= 1.5 && overlaps == 0.0),
+        versus(LibKind::Floor, "cont")
     );
     out
 }
@@ -964,14 +1029,13 @@ async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> 
     let run = format!("peers:{}:{}", shape.tag(), std::process::id());
     warm_up(&lab.quorum, &format!("{run}:q")).await;
     warm_up(&lab.rs, &format!("{run}:r")).await;
+    warm_up(&lab.floor, &format!("{run}:f")).await;
     let mut results: BTreeMap<LibKind, Vec<Figures>> = BTreeMap::new();
     for r in 0..options.rounds {
         eprintln!("round {}/{}", r + 1, options.rounds);
-        let order = if r % 2 == 0 {
-            [&lab.quorum, &lab.rs]
-        } else {
-            [&lab.rs, &lab.quorum]
-        };
+        // Each library goes first, second and last in turn.
+        let mut order = [&lab.quorum, &lab.rs, &lab.floor];
+        order.rotate_left(r % 3);
         for lib in order {
             let prefix = format!("{run}:{}:{r}", lib.kind().name());
             let figures = round(lib, options, &prefix, &lab.pids).await;
@@ -992,6 +1056,7 @@ async fn profile(kind: LibKind, shape: Shape, options: &Options) -> Result<(), B
     let lib = match kind {
         LibKind::Quorum => lab.quorum.clone(),
         LibKind::Rs => lab.rs.clone(),
+        LibKind::Floor => lab.floor.clone(),
     };
     let run = format!("peers:profile:{}", std::process::id());
     warm_up(&lib, &run).await;
