@@ -26,6 +26,8 @@ use crate::security::Transport;
 use crate::sentinel::{Failover, SentinelWatch};
 use crate::waiters::{Waiters, Watch};
 use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_util::task::TaskTracker;
 
 /// Shortest TTL accepted: below this the drift allowance leaves no validity.
 pub const MIN_TTL: Duration = Duration::from_millis(10);
@@ -56,6 +58,9 @@ pub(crate) struct Engine {
     pub quorum: usize,
     /// Highest fence this process has proposed or seen; proposals always go above it.
     highest_fence: AtomicU64,
+    /// Rollbacks that outlived the acquire they undo (a group that does not answer);
+    /// `close` lets them finish.
+    cleanup: TaskTracker,
 }
 
 /// How to acquire: TTL, how long to keep trying, and who is asking.
@@ -157,6 +162,7 @@ impl Locks {
                 groups,
                 topology,
                 highest_fence: AtomicU64::new(0),
+                cleanup: TaskTracker::new(),
             }),
         })
     }
@@ -222,6 +228,8 @@ impl Locks {
     /// reaches its group), then closes every group's connection. A process that exits right
     /// after acquiring should call it, or its lock may stand on a bare majority.
     pub async fn close(&self) {
+        self.engine.cleanup.close();
+        self.engine.cleanup.wait().await;
         futures::future::join_all(self.engine.groups.iter().map(Group::settle)).await;
         self.engine.sentinels.stop().await;
         self.engine.waiters.stop().await;
@@ -322,7 +330,7 @@ impl Engine {
     }
 
     pub async fn acquire(
-        &self,
+        self: &Arc<Self>,
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<(String, Granted), Error> {
@@ -392,9 +400,28 @@ impl Engine {
                 }
                 Err(failure) => failure,
             };
-            self.roll_back(&keys, &token, &may_hold).await;
+            let rolled_back = self.roll_back_apart(&keys, &token, may_hold);
             let now = Instant::now();
-            if now >= deadline || matches!(error, Error::InvalidInput { .. }) {
+            let last = now >= deadline || matches!(error, Error::InvalidInput { .. });
+            if let Some(rolled_back) = rolled_back {
+                // The groups that answer delete within one call timeout; one that does not
+                // must hold up neither this answer nor the caller's wait. The next attempt
+                // reuses the token, so it only starts once the rollback is done: a delete
+                // retried after it would take the new grant.
+                let limit = if last {
+                    now + self.topology.call_timeout()
+                } else {
+                    deadline
+                };
+                if tokio::time::timeout_at(limit.into(), rolled_back)
+                    .await
+                    .is_err()
+                    && !last
+                {
+                    return Err(error);
+                }
+            }
+            if last {
                 return Err(error);
             }
             let holder_left = match &error {
@@ -626,6 +653,24 @@ impl Engine {
                 }),
             })
             .collect()
+    }
+
+    /// [`Engine::roll_back`] in a task of its own, which carries on if its caller stops
+    /// waiting. `None` when no group may hold a grant.
+    fn roll_back_apart(
+        self: &Arc<Self>,
+        keys: &ResourceKeys,
+        token: &str,
+        may_hold: Vec<bool>,
+    ) -> Option<JoinHandle<()>> {
+        if !may_hold.contains(&true) {
+            return None;
+        }
+        let (engine, keys, token) = (self.clone(), keys.clone(), token.to_string());
+        Some(
+            self.cleanup
+                .spawn(async move { engine.roll_back(&keys, &token, &may_hold).await }),
+        )
     }
 
     /// Runs the release script on every group that may hold our grant, including those that

@@ -127,6 +127,8 @@ impl Waiters {
             clients: subscribers.clients.clone(),
         };
         if first {
+            // A subscriber still connecting queues the subscription until it is up (or the
+            // limit passes: a frozen master never answers a subscriber's first checks).
             let limit = deadline.min(Instant::now() + CONNECT_TIMEOUT);
             let subscriptions = subscribers.clients.iter().map(|client| async move {
                 let _ = tokio::time::timeout_at(limit.into(), client.subscribe(channel)).await;
@@ -161,7 +163,7 @@ impl Waiters {
     }
 }
 
-/// Connects one subscriber per group and routes its messages to the waiting channels.
+/// Starts connecting one subscriber per group and routes its messages to the waiting channels.
 async fn start(groups: &[Group], channels: Channels) -> Subscribers {
     let mut subscribers = Subscribers {
         clients: Vec::new(),
@@ -183,14 +185,7 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
             .push(tokio::spawn(route(client.message_rx(), channels.clone())));
         subscribers.clients.push(client);
     }
-    // All at once: a group that is down costs the first waiter one timeout, not one each.
-    futures::future::join_all(
-        subscribers
-            .clients
-            .iter()
-            .map(|client| tokio::time::timeout(CONNECT_TIMEOUT, client.wait_for_connect())),
-    )
-    .await;
+    // Not waited for here: a waiter's subscriptions wait for them, within its own wait.
     subscribers
 }
 

@@ -261,6 +261,33 @@ async fn frozen_masters_cost_at_most_the_call_timeout() {
     }
 }
 
+/// The first waiter of a process connects the release subscribers. Through Sentinel, a
+/// subscriber checks its master's role before it is up, and a frozen master never answers:
+/// the waiter must still give up at the end of its wait, not at the subscriber's timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_does_not_hold_a_waiter_past_its_wait() {
+    let mut fx = sentinel_lab().await;
+    fx.lab.freeze(4).await.expect("freeze");
+    let lease = fx.locks.acquire("waited-on").await.expect("4 of 5 answer");
+    let wait = Duration::from_millis(50);
+    let started = Instant::now();
+    let error = fx
+        .locks
+        .acquire("waited-on")
+        .wait(wait)
+        .await
+        .expect_err("held by the lease");
+    let took = started.elapsed();
+    fx.lab.thaw(4).await.expect("thaw");
+    assert!(matches!(error, Error::Held { .. }), "{error}");
+    // Two votes (before and after subscribing), each decided without the frozen group.
+    assert!(
+        took < wait + fx.topology.call_timeout() * 2,
+        "a waiter stalled on the frozen master for {took:?}"
+    );
+    lease.release().await.expect("release");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
     let mut fx = common::fixture(
