@@ -2,8 +2,9 @@
 //! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
 //! by SHA with a transparent reload on NOSCRIPT.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use fred::clients::WithOptions;
 use fred::error::ErrorKind;
@@ -24,20 +25,69 @@ const RECONNECT_DELAY_MS: u32 = 20;
 /// How long the first connection may take before the group starts out as "down".
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 
+/// How often a group that is down is probed again for the reason.
+const DIAGNOSIS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How a Sentinel-watched group is watched.
+#[derive(Clone)]
 pub(crate) struct Watched {
     pub service: String,
     pub addresses: Vec<(String, u16)>,
     credentials: Credentials,
 }
 
+/// How to reach a group's nodes with a client of one's own: its Sentinels or its master's
+/// address, and the credentials and TLS of each (for Sentinel watchers, health probes and
+/// the diagnosis of a group that is down).
+#[derive(Clone)]
+pub(crate) struct Reach {
+    pub watched: Option<Watched>,
+    direct: Option<(String, u16)>,
+    master: Credentials,
+    /// TLS shared by every client of the engine.
+    transport: Transport,
+}
+
+impl Reach {
+    /// A direct client to one of the group's Sentinels (`None` for a group without them).
+    pub fn sentinel_config(&self, host: &str, port: u16) -> Option<Config> {
+        let watched = self.watched.as_ref()?;
+        Some(self.transport.config(
+            ServerConfig::new_centralized(host, port),
+            &watched.credentials,
+        ))
+    }
+
+    /// A direct client to the group's master at `host:port`.
+    pub fn master_config(&self, host: &str, port: u16) -> Config {
+        self.transport
+            .config(ServerConfig::new_centralized(host, port), &self.master)
+    }
+
+    /// The master's address, for a group without Sentinels.
+    pub fn direct_address(&self) -> Option<String> {
+        self.direct
+            .as_ref()
+            .map(|(host, port)| format!("{host}:{port}"))
+    }
+}
+
+/// What is known of why a group's client is down.
+#[derive(Default)]
+struct Diagnosis {
+    /// Found by the last probe; cleared when the client connects again.
+    cause: Mutex<Option<String>>,
+    /// A probe is running.
+    running: AtomicBool,
+    last_started: Mutex<Option<Instant>>,
+}
+
 /// One Redis master group that votes.
 pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
-    watched: Option<Watched>,
-    /// TLS shared by every client of the engine, for the Sentinel clients made on demand.
-    transport: Transport,
+    reach: Reach,
+    diagnosis: Arc<Diagnosis>,
     /// Loads the scripts onto every master this client connects to (after failovers too).
     script_loader: tokio::task::JoinHandle<()>,
     /// How this group's clients are built, kept for the release subscriber made on demand.
@@ -142,11 +192,12 @@ async fn load_scripts(client: &Client) {
     }
 }
 
-async fn load_scripts_on_reconnect(client: Client) {
+async fn load_scripts_on_reconnect(client: Client, diagnosis: Arc<Diagnosis>) {
     let mut reconnects = client.reconnect_rx();
     loop {
         match reconnects.recv().await {
             Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                diagnosis.forget();
                 load_scripts(&client).await
             }
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
@@ -170,6 +221,10 @@ impl Group {
         transport: &Transport,
     ) -> Result<Self, Error> {
         let endpoint = config.endpoint_at(index)?;
+        let direct = match &endpoint {
+            Endpoint::Direct { host, port } => Some((host.clone(), *port)),
+            Endpoint::Sentinel { .. } => None,
+        };
         let (server, watched) = match endpoint {
             Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
             Endpoint::Sentinel { sentinels, service } => {
@@ -231,15 +286,22 @@ impl Group {
             max_attempts: Some(1),
             ..Default::default()
         });
-        let script_loader = tokio::spawn(load_scripts_on_reconnect(client.clone()));
+        let diagnosis = Arc::new(Diagnosis::default());
+        let script_loader =
+            tokio::spawn(load_scripts_on_reconnect(client.clone(), diagnosis.clone()));
         let acks = (topology.replica_acks > 0)
             .then_some((topology.replica_acks, topology.replica_ack_timeout_ms));
         let lane = Arc::new(Lane::new(timed.clone(), call_timeout, acks));
         Ok(Group {
             name: config.name.clone(),
             script_loader,
-            watched,
-            transport: transport.clone(),
+            reach: Reach {
+                watched,
+                direct,
+                master,
+                transport: transport.clone(),
+            },
+            diagnosis,
             builder,
             client,
             timed,
@@ -256,12 +318,63 @@ impl Group {
                 load_scripts(&self.client).await;
             }
             Ok(Err(error)) => {
-                tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background")
+                tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background");
+                // Refused at once (a login, a certificate, nothing listening): a probe by hand
+                // fails as fast, and the first calls can then say why.
+                if let Some(probe) = self.diagnosis_probe() {
+                    probe.await;
+                }
             }
             Err(_) => {
-                tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background")
+                tracing::warn!(group = %self.name, "group did not answer in time; reconnecting in the background");
+                self.diagnose();
             }
         }
+    }
+
+    /// Probes, in the background, why the client is down; the answer goes into the votes of
+    /// the calls that fail meanwhile.
+    fn diagnose(&self) {
+        if let Some(probe) = self.diagnosis_probe() {
+            tokio::spawn(probe);
+        }
+    }
+
+    /// The probe that finds and keeps why the client is down: `None` while another runs or
+    /// within [`DIAGNOSIS_INTERVAL`] of the last one.
+    fn diagnosis_probe(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let diagnosis = &self.diagnosis;
+        let due = diagnosis.last_started.lock().is_ok_and(|mut last| {
+            let due = last.is_none_or(|at| at.elapsed() >= DIAGNOSIS_INTERVAL);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        });
+        if !due || diagnosis.running.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let (reach, diagnosis, name) = (self.reach.clone(), diagnosis.clone(), self.name.clone());
+        Some(async move {
+            let cause = crate::diagnose::connection_failure(&reach).await;
+            if let Some(cause) = &cause {
+                tracing::warn!(group = %name, %cause, "why the group is unreachable");
+            }
+            if let Ok(mut known) = diagnosis.cause.lock() {
+                *known = cause;
+            }
+            diagnosis.running.store(false, Ordering::Release);
+        })
+    }
+
+    /// Why the client is down, when it is and a probe found out (and starts a new probe when
+    /// the last one is old).
+    fn down_because(&self) -> Option<String> {
+        if self.client.is_connected() {
+            return None;
+        }
+        self.diagnose();
+        self.diagnosis.cause.lock().ok()?.clone()
     }
 
     /// Runs `script` by SHA within the per-call timeout (not batched: inspection and
@@ -288,9 +401,21 @@ impl Group {
         self.lane.full()
     }
 
-    /// Runs a lock call, batched with others while the master is busy.
+    /// Runs a lock call, batched with others while the master is busy. A call that fails
+    /// while the client is down says why, when a probe found out.
     pub async fn call(&self, call: Call) -> Reply<Answer> {
-        self.lane.call(call).await
+        match self.lane.call(call).await {
+            reply @ (Reply::Timeout | Reply::Failed(_)) => match self.down_because() {
+                Some(cause) => Reply::Failed(format!("not connected: {cause}")),
+                None => reply,
+            },
+            reply => reply,
+        }
+    }
+
+    /// How to reach this group's nodes with a client of one's own.
+    pub fn reach(&self) -> &Reach {
+        &self.reach
     }
 
     /// `INFO <section>` of the current master, within the per-call timeout.
@@ -355,17 +480,13 @@ impl Group {
 
     /// The Sentinels watching this group, if any.
     pub fn sentinels(&self) -> Option<&Watched> {
-        self.watched.as_ref()
+        self.reach.watched.as_ref()
     }
 
     /// The configuration of a direct client to one of this group's Sentinels (`None` for a
     /// group without Sentinels): the group's Sentinel credentials and the engine's TLS.
     pub fn sentinel_config(&self, host: &str, port: u16) -> Option<Config> {
-        let watched = self.watched.as_ref()?;
-        Some(self.transport.config(
-            ServerConfig::new_centralized(host, port),
-            &watched.credentials,
-        ))
+        self.reach.sentinel_config(host, port)
     }
 
     /// The underlying client (shared with the Sentinel watcher, which reconnects it).
@@ -382,5 +503,14 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.script_loader.abort();
+    }
+}
+
+impl Diagnosis {
+    /// The client is connected again: what was found no longer holds.
+    fn forget(&self) {
+        if let Ok(mut cause) = self.cause.lock() {
+            *cause = None;
+        }
     }
 }

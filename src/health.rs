@@ -2,12 +2,11 @@
 //! the engine talks to and what each Sentinel names, role, replicas and their lag, and
 //! whether the master votes or sits out its quarantine.
 
-use std::time::Duration;
-
 use fred::prelude::*;
-use fred::types::{CustomCommand, InfoKind, Value};
+use fred::types::{InfoKind, Value};
 use serde::Serialize;
 
+use crate::diagnose::{ask_sentinel, connection_failure};
 use crate::group::Group;
 use crate::lock::Locks;
 use crate::quorum::Reply;
@@ -71,7 +70,8 @@ pub struct GroupHealth {
     pub replicas: Vec<ReplicaView>,
     /// Each Sentinel's view (empty for a plain group).
     pub sentinels: Vec<SentinelView>,
-    /// True when every Sentinel that answered names the same master as the engine uses.
+    /// True when every Sentinel that answered names the same master as the engine uses;
+    /// absent when there is nothing to compare (no Sentinels, none answered, or no master).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
     pub admission: Admission,
@@ -95,8 +95,6 @@ pub struct Health {
     pub voting: usize,
     pub groups: Vec<GroupHealth>,
 }
-
-const SENTINEL_TIMEOUT: Duration = Duration::from_millis(500);
 
 impl Locks {
     /// Asks every group (and its Sentinels) how it is doing.
@@ -133,6 +131,15 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         Reply::Failed(message) => (None, Some(message)),
         Reply::NotSent(reason) => (None, Some(format!("not sent: {reason}"))),
     };
+    // fred's own words for a client that cannot connect rarely say why.
+    let error = match error {
+        Some(error) if !group.client().is_connected() => Some(
+            connection_failure(group.reach())
+                .await
+                .map_or(error, |cause| format!("not connected: {cause}")),
+        ),
+        error => error,
+    };
     let (role, replicas) = match info {
         Reply::Answer(text) => parse_replication(&text),
         _ => (None, Vec::new()),
@@ -152,7 +159,9 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         _ => Admission::Unknown,
     };
     let master = group.connected_master();
-    let sentinels_agree = (!sentinels.is_empty()).then(|| {
+    // Nothing to compare when the engine has no master or no Sentinel named one.
+    let named = sentinels.iter().any(|view| view.master.is_some());
+    let sentinels_agree = (named && master.is_some()).then(|| {
         sentinels
             .iter()
             .filter_map(|view| view.master.as_ref())
@@ -220,7 +229,9 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
     let asks = watched.addresses.iter().map(|(host, port)| async move {
         let sentinel = format!("{host}:{port}");
         let answer = match group.sentinel_config(host, *port) {
-            Some(config) => ask_sentinel(config, &watched.service).await,
+            Some(config) => ask_sentinel(config, &watched.service)
+                .await
+                .map_err(|error| error.to_string()),
             None => Err("not a Sentinel-watched group".to_string()),
         };
         match answer {
@@ -237,31 +248,6 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
         }
     });
     futures::future::join_all(asks).await
-}
-
-async fn ask_sentinel(config: Config, service: &str) -> Result<String, String> {
-    let client = Builder::from_config(config)
-        .with_connection_config(|c| c.connection_timeout = SENTINEL_TIMEOUT)
-        .with_performance_config(|p| p.default_command_timeout = SENTINEL_TIMEOUT)
-        .build()
-        .map_err(|error| error.to_string())?;
-    let asked = async {
-        client.init().await?;
-        client
-            .custom::<Vec<String>, _>(
-                CustomCommand::new_static("SENTINEL", None, false),
-                vec!["get-master-addr-by-name", service],
-            )
-            .await
-    };
-    let answer = tokio::time::timeout(SENTINEL_TIMEOUT * 2, asked).await;
-    let _ = client.quit().await;
-    match answer {
-        Ok(Ok(address)) if address.len() == 2 => Ok(format!("{}:{}", address[0], address[1])),
-        Ok(Ok(_)) => Err(format!("does not know `{service}`")),
-        Ok(Err(error)) => Err(error.to_string()),
-        Err(_) => Err("no answer".to_string()),
-    }
 }
 
 #[cfg(test)]

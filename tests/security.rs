@@ -42,8 +42,9 @@ async fn serves_locks(locks: &Locks, resource: &str) -> Health {
     health
 }
 
-/// Acquiring through `topology` must fail as unavailable, naming every group, without panics.
-async fn refused(topology: Topology) -> String {
+/// Acquiring through `topology` must fail as unavailable, naming every group and saying
+/// `why`, without panics; health must say `why` for every group too.
+async fn refused(topology: Topology, why: &str) {
     let names: Vec<String> = topology.groups.iter().map(|g| g.name.clone()).collect();
     let locks = Locks::connect(topology)
         .await
@@ -65,8 +66,17 @@ async fn refused(topology: Topology) -> String {
     let health = locks.health().await;
     assert!(!health.quorum_available);
     assert!(health.groups.iter().all(|group| !group.reachable));
+    // Both say why, in words that name what to change.
+    assert!(message.contains(why), "{message} should say `{why}`");
+    for group in &health.groups {
+        let error = group.error.as_deref().unwrap_or_default();
+        assert!(
+            error.contains(why),
+            "{}: {error} should say `{why}`",
+            group.group
+        );
+    }
     locks.close().await;
-    message
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,14 +109,14 @@ async fn password_lab_serves_locks_and_refuses_a_wrong_password() {
         group.password = Some("not-the-password".into());
         group.sentinel_password = Some("not-the-password".into());
     }
-    refused(wrong).await;
+    refused(wrong, "refuses the login (WRONGPASS").await;
 
     let mut anonymous = fx.topology.clone();
     for group in &mut anonymous.groups {
         group.password = None;
         group.sentinel_password = None;
     }
-    refused(anonymous).await;
+    refused(anonymous, "refuses the login (NOAUTH").await;
     fx.locks.close().await;
 }
 
@@ -152,28 +162,37 @@ async fn tls_lab_serves_locks_and_refuses_plain_clients() {
 
     // Plain TCP against TLS-only ports, and TLS without the client certificate the nodes
     // require, are both refused.
-    refused(Topology {
-        tls: None,
-        ..fx.topology.clone()
-    })
+    refused(
+        Topology {
+            tls: None,
+            ..fx.topology.clone()
+        },
+        "does it expect TLS",
+    )
     .await;
-    refused(Topology {
-        tls: Some(TlsSettings {
-            cert_file: None,
-            key_file: None,
-            ..tls.clone()
-        }),
-        ..fx.topology.clone()
-    })
+    refused(
+        Topology {
+            tls: Some(TlsSettings {
+                cert_file: None,
+                key_file: None,
+                ..tls.clone()
+            }),
+            ..fx.topology.clone()
+        },
+        "set tls.cert_file and tls.key_file",
+    )
     .await;
     // A certificate checked against a name it does not carry is refused as well.
-    refused(Topology {
-        tls: Some(TlsSettings {
-            server_name: Some("elsewhere.example".into()),
-            ..tls
-        }),
-        ..fx.topology.clone()
-    })
+    refused(
+        Topology {
+            tls: Some(TlsSettings {
+                server_name: Some("elsewhere.example".into()),
+                ..tls
+            }),
+            ..fx.topology.clone()
+        },
+        "check tls.server_name",
+    )
     .await;
     fx.locks.close().await;
 }

@@ -25,16 +25,12 @@ fn table(health: &Health) -> String {
             .map(|r| format!("{} {} lag {}s", r.address, r.state, or_dash(r.lag_s)))
             .collect::<Vec<_>>()
             .join(", ");
-        let sentinels = match g.sentinels_agree {
-            None => "-".to_string(),
-            Some(agree) => {
-                let answered = g.sentinels.iter().filter(|s| s.master.is_some()).count();
-                format!(
-                    "{answered}/{} {}",
-                    g.sentinels.len(),
-                    if agree { "agree" } else { "DISAGREE" }
-                )
-            }
+        let answered = g.sentinels.iter().filter(|s| s.master.is_some()).count();
+        let sentinels = match (g.sentinels.len(), g.sentinels_agree) {
+            (0, _) => "-".to_string(),
+            (all, Some(true)) => format!("{answered}/{all} agree"),
+            (all, Some(false)) => format!("{answered}/{all} DISAGREE"),
+            (all, None) => format!("{answered}/{all} answer"),
         };
         [
             g.group.clone(),
