@@ -13,7 +13,7 @@ use crate::resource::validate_resource;
 use crate::scripts;
 
 /// One group's view of one lock.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
 pub struct GroupView {
     pub group: String,
     /// `held`, `free`, `timeout` or `error`.
@@ -46,7 +46,7 @@ pub struct LockStatus {
 }
 
 /// One current lock, as listed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ListedLock {
     pub resource: String,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -228,24 +228,8 @@ pub struct LockStatusResult {
     pub keepalive: Option<KeepaliveView>,
 }
 
-/// One group's view of one lock.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct GroupStateView {
-    pub group: String,
-    /// `held`, `free`, `timeout` or `error`.
-    pub state: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub remaining_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub purpose: Option<String>,
-    /// Highest fencing token this group has committed for the resource.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fence: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+/// One group's view of one lock: the engine's own type.
+pub use crate::inspect::GroupView as GroupStateView;
 
 /// A keepalive lease held by this server process.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -272,18 +256,8 @@ pub struct ListLocksResult {
     pub truncated: bool,
 }
 
-/// One held lock.
-#[derive(Debug, Serialize, JsonSchema)]
-pub struct ListedLockView {
-    pub resource: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub owner: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub purpose: Option<String>,
-    pub remaining_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token: Option<u64>,
-}
+/// One held lock: the engine's own type.
+pub use crate::inspect::ListedLock as ListedLockView;
 
 /// Result of `cluster_health`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -380,31 +354,5 @@ impl From<&GroupVote> for GroupVoteView {
         }
         .to_string();
         view
-    }
-}
-
-impl From<crate::inspect::GroupView> for GroupStateView {
-    fn from(view: crate::inspect::GroupView) -> Self {
-        GroupStateView {
-            group: view.group,
-            state: view.state,
-            remaining_ms: view.remaining_ms,
-            owner: view.owner,
-            purpose: view.purpose,
-            fence: view.fence,
-            error: view.error,
-        }
-    }
-}
-
-impl From<crate::inspect::ListedLock> for ListedLockView {
-    fn from(lock: crate::inspect::ListedLock) -> Self {
-        ListedLockView {
-            resource: lock.resource,
-            owner: lock.owner,
-            purpose: lock.purpose,
-            remaining_ms: lock.remaining_ms,
-            fencing_token: lock.fencing_token,
-        }
     }
 }

@@ -16,9 +16,8 @@ use crate::health::Admission;
 use super::arguments::{self, decode};
 use super::contract::{
     AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
-    ExtendLockResult, GroupHealthView, GroupStateView, ListLocksArgs, ListLocksResult,
-    ListedLockView, LockStatusArgs, LockStatusResult, QuorumReport, ReleaseLockArgs,
-    ReleaseLockResult, rfc3339,
+    ExtendLockResult, GroupHealthView, ListLocksArgs, ListLocksResult, LockStatusArgs,
+    LockStatusResult, QuorumReport, ReleaseLockArgs, ReleaseLockResult, rfc3339,
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
@@ -369,11 +368,7 @@ impl LockServer {
             held: status.held,
             holder: status.holder,
             fencing_token: status.fencing_token,
-            groups: status
-                .groups
-                .into_iter()
-                .map(GroupStateView::from)
-                .collect(),
+            groups: status.groups,
             keepalive,
         };
         Reply::new(summary, &result)
@@ -406,7 +401,7 @@ impl LockServer {
             }
         );
         let result = ListLocksResult {
-            locks: list.locks.into_iter().map(ListedLockView::from).collect(),
+            locks: list.locks,
             truncated: list.truncated,
         };
         Reply::new(summary, &result)
