@@ -447,7 +447,8 @@ fn cpu_per_cycle(
     cycles: u64,
     wall: Duration,
 ) -> CpuPerCycle {
-    let n = cycles.max(1) as f64;
+    // No cycle, no cost per cycle: NaN prints as "-", never as a figure.
+    let n = if cycles == 0 { f64::NAN } else { cycles as f64 };
     let us = |d: Duration| d.as_secs_f64() * 1e6 / n;
     CpuPerCycle {
         client_us: us(after.client.cpu.saturating_sub(before.client.cpu)),
@@ -508,12 +509,15 @@ async fn sequential(
         acquired.len(),
         started_all.elapsed(),
     );
-    (
-        acquired.value_at_quantile(0.50) as f64,
-        acquired.value_at_quantile(0.99) as f64,
-        errors,
-        cpu,
-    )
+    // A run in which every acquire failed has no latency (an empty histogram answers 0).
+    let quantile = |q: f64| {
+        if acquired.is_empty() {
+            f64::NAN
+        } else {
+            acquired.value_at_quantile(q) as f64
+        }
+    };
+    (quantile(0.50), quantile(0.99), errors, cpu)
 }
 
 /// Workload 2: (cycles/s, errors, CPU per cycle).
