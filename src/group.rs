@@ -357,10 +357,11 @@ impl Group {
         let (reach, diagnosis, name) = (self.reach.clone(), diagnosis.clone(), self.name.clone());
         Some(async move {
             let cause = crate::diagnose::connection_failure(&reach).await;
-            if let Some(cause) = &cause {
-                tracing::warn!(group = %name, %cause, "why the group is unreachable");
-            }
             if let Ok(mut known) = diagnosis.cause.lock() {
+                // Said once per cause, not at every probe while the group stays down.
+                if let Some(new) = cause.as_ref().filter(|new| known.as_ref() != Some(*new)) {
+                    tracing::warn!(group = %name, cause = %new, "why the group is unreachable");
+                }
                 *known = cause;
             }
             diagnosis.running.store(false, Ordering::Release);

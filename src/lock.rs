@@ -58,8 +58,8 @@ pub(crate) struct Engine {
     pub quorum: usize,
     /// Highest fence this process has proposed or seen; proposals always go above it.
     highest_fence: AtomicU64,
-    /// Rollbacks that outlived the acquire they undo (a group that does not answer);
-    /// `close` lets them finish.
+    /// Deletes that outlive their caller (rollbacks, and release retries on a group that
+    /// failed); `close` lets them finish.
     cleanup: TaskTracker,
 }
 
@@ -225,8 +225,10 @@ impl Locks {
     }
 
     /// Lets the lock calls in flight land (a grant that the vote was decided without still
-    /// reaches its group), then closes every group's connection. A process that exits right
-    /// after acquiring should call it, or its lock may stand on a bare majority.
+    /// reaches its group, a release or rollback still retried on a group that failed), then
+    /// closes every group's connection. A process that exits right after acquiring or
+    /// releasing should call it, or its lock may stand on a bare majority, or on a minority
+    /// until its TTL.
     pub async fn close(&self) {
         self.engine.cleanup.close();
         self.engine.cleanup.wait().await;
@@ -400,7 +402,7 @@ impl Engine {
                 }
                 Err(failure) => failure,
             };
-            let rolled_back = self.roll_back_apart(&keys, &token, may_hold);
+            let rolled_back = self.roll_back(&keys, &token, may_hold);
             let now = Instant::now();
             let last = now >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
@@ -655,29 +657,17 @@ impl Engine {
             .collect()
     }
 
-    /// [`Engine::roll_back`] in a task of its own, which carries on if its caller stops
-    /// waiting. `None` when no group may hold a grant.
-    fn roll_back_apart(
+    /// Runs the release script on every group that may hold our grant, including those that
+    /// timed out: their grant may have landed after we stopped waiting. In a task of its own,
+    /// which carries on if its caller stops waiting; `None` when no group may hold a grant.
+    fn roll_back(
         self: &Arc<Self>,
         keys: &ResourceKeys,
         token: &str,
         may_hold: Vec<bool>,
-    ) -> Option<JoinHandle<()>> {
+    ) -> Option<JoinHandle<Vec<Option<Reply<Value>>>>> {
         if !may_hold.contains(&true) {
             return None;
-        }
-        let (engine, keys, token) = (self.clone(), keys.clone(), token.to_string());
-        Some(
-            self.cleanup
-                .spawn(async move { engine.roll_back(&keys, &token, &may_hold).await }),
-        )
-    }
-
-    /// Runs the release script on every group that may hold our grant, including those that
-    /// timed out: their grant may have landed after we stopped waiting.
-    async fn roll_back(&self, keys: &ResourceKeys, token: &str, may_hold: &[bool]) {
-        if !may_hold.contains(&true) {
-            return;
         }
         // Announced apart from the release of the lease this token may still win, and from
         // other rollbacks of it, which the waiters must not take for repeats of this one.
@@ -691,16 +681,33 @@ impl Engine {
             ]
             .into(),
         };
-        // Deletes are idempotent: a failed one is tried again like a release's, or the grant
-        // would stand on that group until its TTL.
-        futures::future::join_all(
-            self.groups
-                .iter()
-                .zip(may_hold)
-                .filter(|(_, hold)| **hold)
-                .map(|(group, _)| answered(DELETE_RETRIES, || group.call(release.clone()))),
-        )
-        .await;
+        Some(self.delete_apart(release, may_hold, 1 + DELETE_RETRIES))
+    }
+
+    /// Runs a delete by token (`call`) on the groups marked in `on`, each tried up to `tries`
+    /// times while it times out or fails, in a task of its own that carries on if its caller
+    /// stops waiting. Deletes by token are idempotent, and one given up on leaves the lock on
+    /// that group until its TTL. Answers each marked group's last reply.
+    fn delete_apart(
+        self: &Arc<Self>,
+        call: Call,
+        on: Vec<bool>,
+        tries: usize,
+    ) -> JoinHandle<Vec<Option<Reply<Value>>>> {
+        let engine = self.clone();
+        self.cleanup.spawn(async move {
+            let deletes = engine.groups.iter().zip(on).map(|(group, marked)| {
+                let call = &call;
+                async move {
+                    if !marked {
+                        return None;
+                    }
+                    let retries = tries.saturating_sub(1);
+                    Some(answered(retries, || lock_call(group, call.clone())).await)
+                }
+            });
+            futures::future::join_all(deletes).await
+        })
     }
 
     /// Fans a compare-by-token call out (release, extend, force release) and turns its
@@ -717,7 +724,7 @@ impl Engine {
         let (n, quorum) = (self.size(), self.quorum);
         let (wait_for_all, retries) = match call {
             TokenCall::Renew => (false, 0),
-            TokenCall::Delete => (true, DELETE_RETRIES),
+            TokenCall::Delete { retries } => (true, retries),
         };
         let ask = &ask;
         let mut majority_seen = false;
@@ -806,7 +813,7 @@ impl Engine {
         Err(self.not_held_or_unavailable(resource, votes))
     }
 
-    pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
+    pub async fn release(self: &Arc<Self>, resource: &str, token: &str) -> Result<Released, Error> {
         check_token(token)?;
         validate_resource(resource)?;
         let keys = self.keys(resource);
@@ -818,13 +825,29 @@ impl Engine {
         // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
         // the deletes on every group (calls keep their order per group), so it does not wait
         // for the slowest groups nor for their announcements.
-        let votes = self
+        let mut votes = self
             .by_token(
                 |group| lock_call(group, release.clone()),
-                TokenCall::Delete,
+                TokenCall::Delete { retries: 0 },
                 || self.waiters.released(&keys.released, token),
             )
             .await;
+        // The groups that failed are tried again. Once the lock is gone somewhere, the
+        // answer stands and the retries only clean up, so a frozen group costs the caller one
+        // call timeout, not three; no later grant carries this token, so a late delete can
+        // only take what this lease left.
+        let failed: Vec<bool> = votes.iter().map(|v| v.vote.is_failure()).collect();
+        if failed.contains(&true) {
+            let retried = self.delete_apart(release, failed, DELETE_RETRIES);
+            let decided = votes.iter().any(|v| v.vote == Vote::Granted);
+            if !decided && let Ok(replies) = retried.await {
+                for (vote, reply) in votes.iter_mut().zip(replies) {
+                    if reply.is_some() {
+                        vote.vote = Vote::from_reply(reply, |answer| token_vote(&answer));
+                    }
+                }
+            }
+        }
         self.released(resource, votes)
     }
 
@@ -840,7 +863,11 @@ impl Engine {
         let votes = self
             .by_token(
                 |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
-                TokenCall::Delete,
+                // A force release deletes whatever holds the lock: never retried after it has
+                // answered, when a new holder may have taken the lock.
+                TokenCall::Delete {
+                    retries: DELETE_RETRIES,
+                },
                 || {},
             )
             .await;
@@ -888,8 +915,8 @@ async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
 enum TokenCall {
     /// Extend: decided as soon as a majority answered one way.
     Renew,
-    /// Release: every group answers (retried on failure), so nothing is left behind.
-    Delete,
+    /// Release: every group answers, tried again `retries` times while it fails.
+    Delete { retries: usize },
 }
 
 /// The vote behind a release or extend answer.
