@@ -495,14 +495,7 @@ async fn keepalive_leases_are_released_when_the_http_session_expires() {
         .await;
         assert!(fx.locks.status("idle:job").await.expect("status").held);
         // The client stays silent past the idle timeout, as a vanished agent would.
-        let released = eventually(Duration::from_secs(6), || async {
-            !fx.locks
-                .status("idle:job")
-                .await
-                .map(|s| s.held)
-                .unwrap_or(true)
-        })
-        .await;
+        let released = released_within(&fx.locks, "idle:job", Duration::from_secs(6)).await;
         assert!(
             released,
             "the lease (TTL 30 s) outlived its expired session"
@@ -584,14 +577,7 @@ async fn keepalive_is_released_when_the_stdio_client_is_killed() {
         // The client dies without a word; the kernel closes its end of the server's stdin.
         helper.start_kill().expect("SIGKILL the helper");
         helper.wait().await.expect("reap the helper");
-        let released = eventually(Duration::from_secs(5), || async {
-            !fx.locks
-                .status("crash:job")
-                .await
-                .map(|s| s.held)
-                .unwrap_or(true)
-        })
-        .await;
+        let released = released_within(&fx.locks, "crash:job", Duration::from_secs(5)).await;
         assert!(
             released,
             "the lease (TTL 30 s) was not released within 5 s of the client's death"

@@ -399,6 +399,19 @@ where
     }
 }
 
+/// Whether the quorum reports `resource` free within `limit` (a status that fails counts as
+/// still held).
+pub async fn released_within(locks: &quorumlock::Locks, resource: &str, limit: Duration) -> bool {
+    eventually(limit, || async {
+        !locks
+            .status(resource)
+            .await
+            .map(|status| status.held)
+            .unwrap_or(true)
+    })
+    .await
+}
+
 /// A field as u64, or a panic naming it.
 pub fn u64_of(value: &Value, field: &str) -> u64 {
     value[field]
