@@ -15,6 +15,7 @@ use fred::types::{FromValue, Key};
 
 use crate::batch::{Answer, Call, Lane};
 use crate::config::{Endpoint, GroupConfig, Topology};
+use crate::connection::{Connection, connect, shut};
 use crate::error::Error;
 use crate::quorum::Reply;
 use crate::security::{Credentials, Transport};
@@ -22,6 +23,7 @@ use crate::security::{Credentials, Transport};
 /// Pause between reconnect attempts. Short and without jitter: a refused connection costs
 /// nothing, and after a failover the group should vote again as soon as it can.
 const RECONNECT_DELAY_MS: u32 = 20;
+pub(crate) const RECONNECT_DELAY: Duration = Duration::from_millis(RECONNECT_DELAY_MS as u64);
 /// How long the first connection may take before the group starts out as "down".
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 
@@ -88,6 +90,8 @@ pub(crate) struct Group {
     pub name: String,
     reach: Reach,
     diagnosis: Arc<Diagnosis>,
+    /// The task that keeps the client connected, stopped by `quit`.
+    connection: Mutex<Option<Connection>>,
     /// Loads the scripts onto every master this client connects to (after failovers too).
     script_loader: tokio::task::JoinHandle<()>,
     /// How this group's clients are built, kept for the release subscriber made on demand.
@@ -255,6 +259,8 @@ impl Group {
             password: config.password.clone(),
         };
         let fred_config = Config {
+            // The first connection's failure shows at once; `connection::keep_connected`
+            // then starts the client again until it connects (fred gives up after it).
             fail_fast: true,
             ..transport.config(server, &master)
         };
@@ -302,6 +308,7 @@ impl Group {
                 transport: transport.clone(),
             },
             diagnosis,
+            connection: Mutex::new(None),
             builder,
             client,
             timed,
@@ -311,8 +318,11 @@ impl Group {
 
     /// Starts the connection task and waits (bounded) for the first connection.
     pub async fn start(&self) {
-        let _task = self.client.connect();
-        match tokio::time::timeout(CONNECT_TIMEOUT, self.client.wait_for_connect()).await {
+        let (connection, first) = connect(&self.client, RECONNECT_DELAY, CONNECT_TIMEOUT).await;
+        if let Ok(mut slot) = self.connection.lock() {
+            *slot = Some(connection);
+        }
+        match first {
             Ok(Ok(())) => {
                 tracing::debug!(group = %self.name, "connected");
                 load_scripts(&self.client).await;
@@ -354,23 +364,26 @@ impl Group {
         if !due || diagnosis.running.swap(true, Ordering::AcqRel) {
             return None;
         }
-        let (reach, diagnosis, name) = (self.reach.clone(), diagnosis.clone(), self.name.clone());
+        let running = Running(diagnosis.clone());
+        let (reach, client, name) = (self.reach.clone(), self.client.clone(), self.name.clone());
         Some(async move {
             let cause = crate::diagnose::connection_failure(&reach).await;
+            let diagnosis = &running.0;
             if let Ok(mut known) = diagnosis.cause.lock() {
+                // A probe that ends after the client came back has nothing left to explain.
+                let cause = cause.filter(|_| !client.is_connected());
                 // Said once per cause, not at every probe while the group stays down.
                 if let Some(new) = cause.as_ref().filter(|new| known.as_ref() != Some(*new)) {
                     tracing::warn!(group = %name, cause = %new, "why the group is unreachable");
                 }
                 *known = cause;
             }
-            diagnosis.running.store(false, Ordering::Release);
         })
     }
 
     /// Why the client is down, when it is and a probe found out (and starts a new probe when
     /// the last one is old).
-    fn down_because(&self) -> Option<String> {
+    pub fn down_because(&self) -> Option<String> {
         if self.client.is_connected() {
             return None;
         }
@@ -497,13 +510,23 @@ impl Group {
 
     /// Closes the connection.
     pub async fn quit(&self) {
-        let _ = self.client.quit().await;
+        let connection = self.connection.lock().ok().and_then(|mut slot| slot.take());
+        shut(&self.client, connection, self.lane.call_timeout()).await;
     }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
         self.script_loader.abort();
+    }
+}
+
+/// Marks a probe as running until it ends, however it ends (a panic in the client included).
+struct Running(Arc<Diagnosis>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
     }
 }
 

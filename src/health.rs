@@ -133,11 +133,13 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
     };
     // fred's own words for a client that cannot connect rarely say why.
     let error = match error {
-        Some(error) if !group.client().is_connected() => Some(
-            connection_failure(group.reach())
-                .await
-                .map_or(error, |cause| format!("not connected: {cause}")),
-        ),
+        Some(error) if !group.client().is_connected() => {
+            let cause = match group.down_because() {
+                Some(cause) => Some(cause),
+                None => connection_failure(group.reach()).await,
+            };
+            Some(cause.map_or(error, |cause| format!("not connected: {cause}")))
+        }
         error => error,
     };
     let (role, replicas) = match info {

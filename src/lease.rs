@@ -217,13 +217,16 @@ impl Drop for Lease {
         if !self.open {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        // Without a runtime there is nothing to release with; the TTL frees the lock.
+        if tokio::runtime::Handle::try_current().is_ok() {
             let engine = self.engine.clone();
             let (resource, token) = (
                 std::mem::take(&mut self.resource),
                 std::mem::take(&mut self.token),
             );
-            runtime.spawn(async move {
+            // Tracked with the engine's other background deletes: `Locks::close` waits for it.
+            let cleanup = engine.cleanup.clone();
+            cleanup.spawn(async move {
                 if let Err(error) = engine.release(&resource, &token).await {
                     tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
                 }

@@ -30,6 +30,7 @@
 //! - [`lease`]: the acquire builder, leases, keepalive.
 //! - [`inspect`]: one lock as each group sees it; the current locks.
 //! - [`health`]: each group's reachability, master, Sentinels, replicas and admission.
+//! - `connection`: keeps fred clients connected from their first try on, and closes them.
 //! - `diagnose`: why a group that is down cannot be reached, with the setting to check.
 //! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
 //! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
@@ -45,6 +46,7 @@ pub mod chaos;
 pub mod checker;
 pub mod cli;
 pub mod config;
+mod connection;
 mod diagnose;
 pub mod error;
 mod group;

@@ -60,7 +60,7 @@ pub(crate) struct Engine {
     highest_fence: AtomicU64,
     /// Deletes that outlive their caller (rollbacks, and release retries on a group that
     /// failed); `close` lets them finish.
-    cleanup: TaskTracker,
+    pub cleanup: TaskTracker,
 }
 
 /// How to acquire: TTL, how long to keep trying, and who is asking.
@@ -424,6 +424,11 @@ impl Engine {
                 }
             }
             if last {
+                return Err(error);
+            }
+            // The rollback took some of the wait.
+            let now = Instant::now();
+            if now >= deadline {
                 return Err(error);
             }
             let holder_left = match &error {
@@ -836,15 +841,24 @@ impl Engine {
         // answer stands and the retries only clean up, so a frozen group costs the caller one
         // call timeout, not three; no later grant carries this token, so a late delete can
         // only take what this lease left.
-        let failed: Vec<bool> = votes.iter().map(|v| v.vote.is_failure()).collect();
+        let failed: Vec<bool> = votes
+            .iter()
+            .map(|v| matches!(v.vote, Vote::Timeout | Vote::Error { .. }))
+            .collect();
         if failed.contains(&true) {
             let retried = self.delete_apart(release, failed, DELETE_RETRIES);
-            let decided = votes.iter().any(|v| v.vote == Vote::Granted);
-            if !decided && let Ok(replies) = retried.await {
+            let deleted =
+                |votes: &[GroupVote]| votes.iter().filter(|v| v.vote == Vote::Granted).count();
+            if deleted(&votes) == 0
+                && let Ok(replies) = retried.await
+            {
                 for (vote, reply) in votes.iter_mut().zip(replies) {
                     if reply.is_some() {
                         vote.vote = Vote::from_reply(reply, |answer| token_vote(&answer));
                     }
+                }
+                if deleted(&votes) >= self.quorum {
+                    self.waiters.released(&keys.released, token);
                 }
             }
         }
@@ -863,11 +877,10 @@ impl Engine {
         let votes = self
             .by_token(
                 |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
-                // A force release deletes whatever holds the lock: never retried after it has
-                // answered, when a new holder may have taken the lock.
-                TokenCall::Delete {
-                    retries: DELETE_RETRIES,
-                },
+                // A force release deletes whatever holds the lock: never tried twice, since
+                // a try that timed out may have run, and a new holder may have taken the
+                // lock before the second one lands.
+                TokenCall::Delete { retries: 0 },
                 || {},
             )
             .await;

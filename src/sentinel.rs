@@ -10,10 +10,13 @@ use fred::prelude::*;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use crate::connection::{Connection, connect, shut_all};
 use crate::group::Group;
 
 const SWITCH_MASTER: &str = "+switch-master";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+const RECONNECT_DELAY_MS: u32 = 200;
+const RECONNECT_DELAY: Duration = Duration::from_millis(RECONNECT_DELAY_MS as u64);
 
 /// A master change announced by Sentinel and acted on.
 #[derive(Debug, Clone)]
@@ -31,6 +34,8 @@ pub struct Failover {
 /// The running subscribers; dropping this stops them.
 pub(crate) struct SentinelWatch {
     subscribers: Vec<Client>,
+    /// The subscribers' connection tasks, taken by `stop`.
+    connections: Mutex<Vec<Connection>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -59,44 +64,56 @@ impl SentinelWatch {
         let services = Arc::new(services);
         // Every Sentinel announces the same switch: act on the first announcement only.
         let handled = Arc::new(Mutex::new(HashMap::<String, String>::new()));
-        let mut watch = SentinelWatch {
-            subscribers: Vec::new(),
-            tasks: Vec::new(),
-        };
+        let mut subscribers = Vec::new();
         for config in sentinels.into_values() {
             let config = Config {
+                // A Sentinel that is down now is listened to once it is back: see
+                // `connection::keep_connected`.
                 fail_fast: true,
                 ..config
             };
-            let Ok(subscriber) = Builder::from_config(config)
+            if let Ok(subscriber) = Builder::from_config(config)
                 .with_connection_config(|c| c.connection_timeout = CONNECT_TIMEOUT)
                 .with_performance_config(|p| p.default_command_timeout = CONNECT_TIMEOUT)
-                .set_policy(ReconnectPolicy::new_constant(0, 200))
+                .set_policy(ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS))
                 .build()
-            else {
-                continue;
-            };
-            let _connection = subscriber.connect();
-            let _ = tokio::time::timeout(CONNECT_TIMEOUT, subscriber.wait_for_connect()).await;
-            let task = tokio::spawn(listen(
-                subscriber.clone(),
-                services.clone(),
-                handled.clone(),
-                events.clone(),
-            ));
-            watch.subscribers.push(subscriber);
-            watch.tasks.push(task);
+            {
+                subscribers.push(subscriber);
+            }
         }
-        watch
+        // All at once: Sentinels that are down cost one timeout, not one each.
+        let connections = futures::future::join_all(
+            subscribers
+                .iter()
+                .map(|subscriber| connect(subscriber, RECONNECT_DELAY, CONNECT_TIMEOUT)),
+        )
+        .await
+        .into_iter()
+        .map(|(connection, _)| connection)
+        .collect();
+        let tasks = subscribers
+            .iter()
+            .map(|subscriber| {
+                tokio::spawn(listen(
+                    subscriber.clone(),
+                    services.clone(),
+                    handled.clone(),
+                    events.clone(),
+                ))
+            })
+            .collect();
+        SentinelWatch {
+            subscribers,
+            connections: Mutex::new(connections),
+            tasks,
+        }
     }
 
     pub async fn stop(&self) {
         for task in &self.tasks {
             task.abort();
         }
-        for subscriber in &self.subscribers {
-            let _ = subscriber.quit().await;
-        }
+        shut_all(&self.subscribers, &self.connections, CONNECT_TIMEOUT).await;
     }
 }
 

@@ -13,7 +13,8 @@ use fred::types::Message;
 use tokio::sync::{Notify, OnceCell, broadcast};
 use tokio::task::JoinHandle;
 
-use crate::group::Group;
+use crate::connection::{Connection, keep_connected, shut_all};
+use crate::group::{Group, RECONNECT_DELAY};
 
 /// How long a subscriber may take to connect before it is left to reconnect in the background.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
@@ -29,6 +30,8 @@ struct Channel {
 
 struct Subscribers {
     clients: Vec<SubscriberClient>,
+    /// The clients' connection tasks, taken by `stop`.
+    connections: Mutex<Vec<Connection>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -130,8 +133,12 @@ impl Waiters {
             // A subscriber still connecting queues the subscription until it is up (or the
             // limit passes: a frozen master never answers a subscriber's first checks).
             let limit = deadline.min(Instant::now() + CONNECT_TIMEOUT);
-            let subscriptions = subscribers.clients.iter().map(|client| async move {
-                let _ = tokio::time::timeout_at(limit.into(), client.subscribe(channel)).await;
+            let subscriptions = subscribers.clients.iter().map(|client| {
+                // Spawned, so that a subscription still under way at the limit completes and
+                // is restored after reconnections (fred keeps only those that completed).
+                let (client, channel) = (client.clone(), channel.to_string());
+                let subscribed = tokio::spawn(async move { client.subscribe(channel).await });
+                tokio::time::timeout_at(limit.into(), subscribed)
             });
             futures::future::join_all(subscriptions).await;
         }
@@ -156,9 +163,12 @@ impl Waiters {
             for task in &subscribers.tasks {
                 task.abort();
             }
-            for client in &subscribers.clients {
-                let _ = client.quit().await;
-            }
+            shut_all(
+                &subscribers.clients,
+                &subscribers.connections,
+                CONNECT_TIMEOUT,
+            )
+            .await;
         }
     }
 }
@@ -167,6 +177,7 @@ impl Waiters {
 async fn start(groups: &[Group], channels: Channels) -> Subscribers {
     let mut subscribers = Subscribers {
         clients: Vec::new(),
+        connections: Mutex::new(Vec::new()),
         tasks: Vec::new(),
     };
     for group in groups {
@@ -177,7 +188,9 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
                 continue;
             }
         };
-        let _connection = client.connect();
+        if let Ok(mut connections) = subscribers.connections.lock() {
+            connections.push(keep_connected(&client, RECONNECT_DELAY));
+        }
         // Subscriptions come back by themselves after a reconnect or a failover.
         subscribers.tasks.push(client.manage_subscriptions());
         subscribers

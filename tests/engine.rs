@@ -299,6 +299,34 @@ async fn a_frozen_master_does_not_hold_a_waiter_past_its_wait() {
     lease.release().await.expect("release");
 }
 
+/// A group that is down when a client connects is reached once it is back: the client keeps
+/// reconnecting instead of giving up after its first failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_down_at_connect_joins_once_it_is_back() {
+    let mut fx = plain_lab().await;
+    fx.lab.kill(4).await.expect("kill");
+    let locks = Locks::connect(fx.topology.clone())
+        .await
+        .expect("connecting never fails on a group that is down");
+    assert!(!locks.health().await.groups[4].reachable);
+    fx.lab.restart(4).await.expect("restart");
+    // Nothing announces a reconnection to the library's user; health is what they see.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let health = locks.health().await;
+        if health.groups[4].reachable {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "g5 was not reached again: {:?}",
+            health.groups[4].error
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    locks.close().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
     let mut fx = common::fixture(
