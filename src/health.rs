@@ -70,8 +70,8 @@ pub struct GroupHealth {
     pub replicas: Vec<ReplicaView>,
     /// Each Sentinel's view (empty for a plain group).
     pub sentinels: Vec<SentinelView>,
-    /// True when every Sentinel that answered names the same master as the engine uses;
-    /// absent when there is nothing to compare (no Sentinels, none answered, or no master).
+    /// True when every Sentinel that answered names the master the engine uses (with no
+    /// master, the same master as each other); absent when no Sentinel named one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
     pub admission: Admission,
@@ -161,13 +161,14 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         _ => Admission::Unknown,
     };
     let master = group.connected_master();
-    // Nothing to compare when the engine has no master or no Sentinel named one.
-    let named = sentinels.iter().any(|view| view.master.is_some());
-    let sentinels_agree = (named && master.is_some()).then(|| {
-        sentinels
-            .iter()
-            .filter_map(|view| view.master.as_ref())
-            .all(|named| Some(named) == master.as_ref())
+    // With no master of the engine's own, the Sentinels are compared with each other.
+    let named: Vec<&String> = sentinels
+        .iter()
+        .filter_map(|view| view.master.as_ref())
+        .collect();
+    let sentinels_agree = named.first().map(|first| {
+        let reference = master.as_ref().unwrap_or(first);
+        named.iter().all(|candidate| *candidate == reference)
     });
     GroupHealth {
         group: group.name.clone(),

@@ -289,8 +289,8 @@ pub struct GroupHealthView {
     pub role: Option<String>,
     /// The master's replicas and how far behind each is.
     pub replicas: Vec<crate::health::ReplicaView>,
-    /// Whether every Sentinel that answered names the master this server uses (absent when
-    /// there is nothing to compare: no Sentinels, none answered, or no master connected).
+    /// Whether every Sentinel that answered names the master this server uses (with no master
+    /// connected, the same master as each other); absent when no Sentinel named one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
     /// `voting`; `quarantined` (a new master sits out until every lease it may have missed
