@@ -125,7 +125,8 @@ pub struct Extended {
 pub struct Released {
     /// True when at least one group still held the lock under this token and deleted it.
     pub released: bool,
-    /// How many groups deleted it.
+    /// How many groups deleted it by the time the release answered (a group whose try
+    /// failed, once the lock is gone elsewhere, is tried again in the background).
     pub groups_released: usize,
     pub votes: Vec<GroupVote>,
 }

@@ -190,7 +190,8 @@ pub struct ReleaseLockResult {
     /// (it expired, was already released, or the token is wrong); the lock was left alone.
     pub released: bool,
     pub resource: String,
-    /// How many groups deleted the lock.
+    /// How many groups deleted the lock at the first try; a group that did not answer is
+    /// tried again in the background.
     pub groups_released: usize,
 }
 
