@@ -3,8 +3,11 @@
 //! group that never connected just times out; so when a group's client is down, one
 //! connection is made by hand, with the same credentials and TLS, to its Sentinels and then to
 //! the master they name (or to its master directly), and the first failure is explained.
+//! [`Diagnosis`] keeps the answer per group, and probes at most once a second.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use fred::error::{Error as RedisError, ErrorKind};
 use fred::prelude::*;
@@ -14,6 +17,76 @@ use crate::group::Reach;
 
 /// How long one probe may take to connect and answer.
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// How often a group that is down is probed again for the reason.
+const DIAGNOSIS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What is known of why one group's client is down, and the probes that find out.
+#[derive(Default)]
+pub(crate) struct Diagnosis {
+    /// Found by the last probe; cleared when the client connects again.
+    cause: Mutex<Option<String>>,
+    /// A probe is running.
+    running: AtomicBool,
+    last_started: Mutex<Option<Instant>>,
+}
+
+impl Diagnosis {
+    /// The probe that finds and keeps why `client` (of the group `name`, reached through
+    /// `reach`) is down: `None` while another runs or within [`DIAGNOSIS_INTERVAL`] of the
+    /// last one.
+    pub fn probe(
+        self: &Arc<Self>,
+        reach: &Reach,
+        client: &Client,
+        name: &str,
+    ) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let due = self.last_started.lock().is_ok_and(|mut last| {
+            let due = last.is_none_or(|at| at.elapsed() >= DIAGNOSIS_INTERVAL);
+            if due {
+                *last = Some(Instant::now());
+            }
+            due
+        });
+        if !due || self.running.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        let running = Running(self.clone());
+        let (reach, client, name) = (reach.clone(), client.clone(), name.to_string());
+        Some(async move {
+            let cause = connection_failure(&reach).await;
+            if let Ok(mut known) = running.0.cause.lock() {
+                // A probe that ends after the client came back has nothing left to explain.
+                let cause = cause.filter(|_| !client.is_connected());
+                // Said once per cause, not at every probe while the group stays down.
+                if let Some(new) = cause.as_ref().filter(|new| known.as_ref() != Some(*new)) {
+                    tracing::warn!(group = %name, cause = %new, "why the group is unreachable");
+                }
+                *known = cause;
+            }
+        })
+    }
+
+    /// What the last probe found, if the client has not connected since.
+    pub fn cause(&self) -> Option<String> {
+        self.cause.lock().ok()?.clone()
+    }
+
+    /// The client is connected again: what was found no longer holds.
+    pub fn forget(&self) {
+        if let Ok(mut cause) = self.cause.lock() {
+            *cause = None;
+        }
+    }
+}
+
+/// Marks a probe as running until it ends, however it ends (a panic in the client included).
+struct Running(Arc<Diagnosis>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::Release);
+    }
+}
 
 /// Asks the Sentinel behind `config` which master it names for `service` (`host:port`).
 pub(crate) async fn ask_sentinel(config: Config, service: &str) -> Result<String, RedisError> {

@@ -2,9 +2,8 @@
 //! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
 //! by SHA with a transparent reload on NOSCRIPT.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::clients::WithOptions;
 use fred::error::ErrorKind;
@@ -16,6 +15,7 @@ use fred::types::{FromValue, Key};
 use crate::batch::{Answer, Call, Lane};
 use crate::config::{Endpoint, GroupConfig, Topology};
 use crate::connection::{Connection, connect, shut};
+use crate::diagnose::Diagnosis;
 use crate::error::Error;
 use crate::quorum::Reply;
 use crate::security::{Credentials, Transport};
@@ -26,9 +26,6 @@ const RECONNECT_DELAY_MS: u32 = 20;
 pub(crate) const RECONNECT_DELAY: Duration = Duration::from_millis(RECONNECT_DELAY_MS as u64);
 /// How long the first connection may take before the group starts out as "down".
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
-
-/// How often a group that is down is probed again for the reason.
-const DIAGNOSIS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How a Sentinel-watched group is watched.
 #[derive(Clone)]
@@ -72,16 +69,6 @@ impl Reach {
             .as_ref()
             .map(|(host, port)| format!("{host}:{port}"))
     }
-}
-
-/// What is known of why a group's client is down.
-#[derive(Default)]
-struct Diagnosis {
-    /// Found by the last probe; cleared when the client connects again.
-    cause: Mutex<Option<String>>,
-    /// A probe is running.
-    running: AtomicBool,
-    last_started: Mutex<Option<Instant>>,
 }
 
 /// One Redis master group that votes.
@@ -350,35 +337,9 @@ impl Group {
         }
     }
 
-    /// The probe that finds and keeps why the client is down: `None` while another runs or
-    /// within [`DIAGNOSIS_INTERVAL`] of the last one.
+    /// The probe that finds and keeps why the client is down (see [`Diagnosis::probe`]).
     fn diagnosis_probe(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let diagnosis = &self.diagnosis;
-        let due = diagnosis.last_started.lock().is_ok_and(|mut last| {
-            let due = last.is_none_or(|at| at.elapsed() >= DIAGNOSIS_INTERVAL);
-            if due {
-                *last = Some(Instant::now());
-            }
-            due
-        });
-        if !due || diagnosis.running.swap(true, Ordering::AcqRel) {
-            return None;
-        }
-        let running = Running(diagnosis.clone());
-        let (reach, client, name) = (self.reach.clone(), self.client.clone(), self.name.clone());
-        Some(async move {
-            let cause = crate::diagnose::connection_failure(&reach).await;
-            let diagnosis = &running.0;
-            if let Ok(mut known) = diagnosis.cause.lock() {
-                // A probe that ends after the client came back has nothing left to explain.
-                let cause = cause.filter(|_| !client.is_connected());
-                // Said once per cause, not at every probe while the group stays down.
-                if let Some(new) = cause.as_ref().filter(|new| known.as_ref() != Some(*new)) {
-                    tracing::warn!(group = %name, cause = %new, "why the group is unreachable");
-                }
-                *known = cause;
-            }
-        })
+        self.diagnosis.probe(&self.reach, &self.client, &self.name)
     }
 
     /// Why the client is down, when it is and a probe found out (and starts a new probe when
@@ -388,7 +349,7 @@ impl Group {
             return None;
         }
         self.diagnose();
-        self.diagnosis.cause.lock().ok()?.clone()
+        self.diagnosis.cause()
     }
 
     /// Runs `script` by SHA within the per-call timeout (not batched: inspection and
@@ -518,23 +479,5 @@ impl Group {
 impl Drop for Group {
     fn drop(&mut self) {
         self.script_loader.abort();
-    }
-}
-
-/// Marks a probe as running until it ends, however it ends (a panic in the client included).
-struct Running(Arc<Diagnosis>);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.running.store(false, Ordering::Release);
-    }
-}
-
-impl Diagnosis {
-    /// The client is connected again: what was found no longer holds.
-    fn forget(&self) {
-        if let Ok(mut cause) = self.cause.lock() {
-            *cause = None;
-        }
     }
 }
