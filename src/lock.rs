@@ -404,32 +404,22 @@ impl Engine {
                 Err(failure) => failure,
             };
             let rolled_back = self.roll_back(&keys, &token, may_hold);
-            let now = Instant::now();
-            let last = now >= deadline || matches!(error, Error::InvalidInput { .. });
+            let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not
                 // must hold up neither this answer nor the caller's wait. The next attempt
-                // reuses the token, so it only starts once the rollback is done: a delete
-                // retried after it would take the new grant.
+                // reuses the token, so it only starts once the rollback is done (a delete
+                // retried after it would take the new grant): a rollback still running at
+                // the deadline ends the wait.
                 let limit = if last {
-                    now + self.topology.call_timeout()
+                    Instant::now() + self.topology.call_timeout()
                 } else {
                     deadline
                 };
-                if tokio::time::timeout_at(limit.into(), rolled_back)
-                    .await
-                    .is_err()
-                    && !last
-                {
-                    return Err(error);
-                }
+                let _ = tokio::time::timeout_at(limit.into(), rolled_back).await;
             }
-            if last {
-                return Err(error);
-            }
-            // The rollback took some of the wait.
             let now = Instant::now();
-            if now >= deadline {
+            if last || now >= deadline {
                 return Err(error);
             }
             let holder_left = match &error {
@@ -728,31 +718,23 @@ impl Engine {
         Fut: Future<Output = Reply<Value>>,
     {
         let (n, quorum) = (self.size(), self.quorum);
-        let (wait_for_all, retries) = match call {
-            TokenCall::Renew => (false, 0),
-            TokenCall::Delete { retries } => (true, retries),
-        };
-        let ask = &ask;
+        let wait_for_all = matches!(call, TokenCall::Delete);
         let mut majority_seen = false;
-        let replies = fan_out(
-            &self.groups,
-            |group| answered(retries, || ask(group)),
-            |replies| {
-                let yes = count(
-                    replies,
-                    |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
-                );
-                let no = count(
-                    replies,
-                    |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
-                );
-                if yes >= quorum && !majority_seen {
-                    majority_seen = true;
-                    on_majority();
-                }
-                !wait_for_all && (yes >= quorum || no > n - quorum)
-            },
-        )
+        let replies = fan_out(&self.groups, ask, |replies| {
+            let yes = count(
+                replies,
+                |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+            );
+            let no = count(
+                replies,
+                |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+            );
+            if yes >= quorum && !majority_seen {
+                majority_seen = true;
+                on_majority();
+            }
+            !wait_for_all && (yes >= quorum || no > n - quorum)
+        })
         .await;
         self.groups
             .iter()
@@ -834,7 +816,7 @@ impl Engine {
         let mut votes = self
             .by_token(
                 |group| lock_call(group, release.clone()),
-                TokenCall::Delete { retries: 0 },
+                TokenCall::Delete,
                 || self.waiters.released(&keys.released, token),
             )
             .await;
@@ -881,7 +863,7 @@ impl Engine {
                 // A force release deletes whatever holds the lock: never tried twice, since
                 // a try that timed out may have run, and a new holder may have taken the
                 // lock before the second one lands.
-                TokenCall::Delete { retries: 0 },
+                TokenCall::Delete,
                 || {},
             )
             .await;
@@ -929,8 +911,8 @@ async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
 enum TokenCall {
     /// Extend: decided as soon as a majority answered one way.
     Renew,
-    /// Release: every group answers, tried again `retries` times while it fails.
-    Delete { retries: usize },
+    /// Release: every group answers once (the callers decide what is tried again).
+    Delete,
 }
 
 /// The vote behind a release or extend answer.
