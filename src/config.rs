@@ -316,7 +316,7 @@ impl Topology {
         if let Some(tls) = &self.tls {
             // Reading the files now reports a wrong path when the file is loaded, not at the
             // first connection.
-            crate::security::rustls_config(tls)?;
+            crate::group::security::rustls_config(tls)?;
         }
         let mut names = std::collections::HashSet::new();
         for (index, group) in self.groups.iter().enumerate() {

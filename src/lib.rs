@@ -17,58 +17,49 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Layout:
-//! - [`config`]: the topology file (groups, Sentinels, timeouts, drift) and its validation.
-//! - `group`: one group's fred client, per-call timeout, scripts by SHA with NOSCRIPT reload.
-//! - `batch`: group commit: the lock calls waiting for one master go out as one script call.
-//! - `scripts`: the `lua/` files, compiled in and named once.
-//! - [`security`]: ACL credentials and TLS, applied alike to every client the engine builds.
-//! - `quorum`: the one fan-out helper every operation uses, and the votes it reports.
-//! - [`sentinel`]: `+switch-master` subscribers that move a group to its new master at once.
-//! - `waiters`: release announcements that wake denied acquires instead of polling.
-//! - [`lock`]: acquire / extend / release with validity and fencing.
-//! - [`lease`]: the acquire builder, leases, keepalive.
-//! - [`inspect`]: one lock as each group sees it; the current locks.
-//! - [`health`]: each group's reachability, master, Sentinels, replicas and admission.
-//! - `connection`: keeps fred clients connected from their first try on, and closes them.
-//! - `diagnose`: why a group that is down cannot be reached, with the setting to check.
-//! - [`install`]: finds `redis-server`, installing Debian's package when it is missing.
-//! - [`lab`]: a local topology of real `redis-server` masters, replicas and Sentinels.
-//! - [`chaos`]: workers, fault injector and fenced store for the chaos runs.
-//! - [`checker`]: proves that no two holders overlapped and no fencing token went backwards.
-//! - [`bench`]: the engine benchmark behind `quorumlock bench`.
-//! - [`mcp`]: the MCP server for agents (stdio, streamable HTTP with bearer auth).
-//! - `cli`: the `quorumlock` command (the binary's `main.rs` only calls it).
+//! Layout (see docs/design.md, "Layout"): dependencies point one way, front doors and tools
+//! → engine → group → config.
+//! - `config`: the topology file (groups, Sentinels, timeouts, drift) and its validation.
+//! - `engine/`: acquire / extend / release with validity and fencing, leases and keepalive,
+//!   the vote and its one majority rule, waiters, and the status and health views. Its public
+//!   types are re-exported here, once.
+//! - `group/`: one master group: its fred client and per-call timeout, group commit, the
+//!   `lua/` scripts by SHA, the Sentinel watch, connecting, diagnosis, ACL and TLS.
+//! - `cli/` (feature `cli`): the `quorumlock` command; the binary's `main.rs` only calls it.
+//! - [`mcp`] (feature `mcp`): the MCP server for agents (stdio, streamable HTTP with bearer auth).
+//! - [`lab`] (feature `tools`): a local topology of real `redis-server` masters, replicas and
+//!   Sentinels, and the installer that finds or installs `redis-server`.
+//! - [`chaos`] (feature `tools`): workers, fault injector, fenced store and the safety checker.
+//! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark
+//!   (feature `mcp-bench`).
 
-mod batch;
-pub mod bench;
-pub mod chaos;
-pub mod checker;
-pub mod cli;
-pub mod config;
-mod connection;
-mod diagnose;
-pub mod error;
+mod config;
+mod engine;
 mod group;
-pub mod health;
-pub mod inspect;
-pub mod install;
-pub mod lab;
-pub mod lease;
-pub mod lock;
-pub mod mcp;
-mod quorum;
-pub mod resource;
-mod scripts;
-pub mod security;
-pub mod sentinel;
-mod waiters;
 
-pub use config::{ConfigError, GroupConfig, TlsSettings, Topology};
-pub use error::{Error, Holder};
-pub use health::{Admission, GroupHealth, Health};
-pub use inspect::{GroupView, ListedLock, LockList, LockStatus};
-pub use lease::{Acquire, KeptLease, Lease, LeaseEnd};
-pub use lock::{AcquireOptions, Extended, Locks, Released};
-pub use quorum::{GroupVote, Vote};
-pub use sentinel::Failover;
+#[cfg(feature = "tools")]
+pub mod bench;
+#[cfg(feature = "tools")]
+pub mod chaos;
+#[cfg(feature = "cli")]
+pub mod cli;
+#[cfg(feature = "tools")]
+pub mod lab;
+#[cfg(feature = "mcp")]
+pub mod mcp;
+
+pub use config::{
+    ConfigError, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX,
+    DEFAULT_MAX_HOLD_MS, DEFAULT_MAX_TTL_MS, DEFAULT_REPLICA_ACK_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS, Endpoint, GroupConfig, TlsSettings, Topology,
+};
+pub use engine::error::{Error, Holder};
+pub use engine::health::{Admission, GroupHealth, Health};
+pub use engine::inspect::{GroupView, ListedLock, LockList, LockStatus};
+pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd};
+pub use engine::locks::{
+    AcquireOptions, DEFAULT_TTL, Extended, Locks, MAX_WAIT, MIN_TTL, Released,
+};
+pub use engine::resource::MAX_RESOURCE_BYTES;
+pub use engine::vote::{GroupVote, Majority, Vote};
+pub use group::sentinel::Failover;

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 
 use quorumlock::Topology;
-use quorumlock::config::Endpoint;
+use quorumlock::Endpoint;
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn compose_dir() -> &'static Path {

@@ -70,7 +70,11 @@ async fn ttl_expiry_frees_the_lock_and_stale_tokens_do_nothing() {
         .ttl(300 * MS)
         .await
         .expect("first");
-    let (_, stale_token, first_fence) = first.detach();
+    let quorumlock::Detached {
+        token: stale_token,
+        fencing_token: first_fence,
+        ..
+    } = first.detach();
 
     let denied = fx.locks.acquire("expiring").await.expect_err("still held");
     assert!(matches!(denied, Error::Held { .. }), "{denied}");
@@ -454,7 +458,7 @@ async fn scripts_reload_after_script_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_names_are_checked_and_independent() {
     let fx = sentinel_lab().await;
-    let oversized = "r".repeat(quorumlock::resource::MAX_RESOURCE_BYTES + 1);
+    let oversized = "r".repeat(quorumlock::MAX_RESOURCE_BYTES + 1);
     for bad in ["", "line\nbreak", "nul\0byte", oversized.as_str()] {
         match fx.locks.acquire(bad).await {
             Err(Error::InvalidInput { field, reason }) => assert_eq!(field, "resource", "{reason}"),
@@ -608,7 +612,7 @@ async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
         .ttl(Duration::from_secs(30))
         .await
         .expect("acquire");
-    let (_, _, stuck_fence) = stuck.detach();
+    let stuck_fence = stuck.detach().fencing_token;
     let cleared = fx
         .locks
         .force_release("stuck")

@@ -3,6 +3,7 @@
 //! to the safety checker and every write goes through a fenced store. Used by
 //! `quorumlock chaos` and by the bounded chaos test.
 
+pub mod checker;
 mod faults;
 mod store;
 
@@ -16,10 +17,10 @@ use serde::Serialize;
 pub use faults::{Fault, Injected};
 pub use store::FencedStore;
 
-use crate::checker::{Checker, Hold};
-use crate::error::Error;
+use crate::chaos::checker::{Checker, Hold};
+use crate::engine::error::Error;
+use crate::engine::locks::Locks;
 use crate::lab::{Lab, LabError};
-use crate::lock::Locks;
 
 /// Resource names of a chaos run start with this.
 pub const RESOURCE_PREFIX: &str = "chaos:";

@@ -7,8 +7,8 @@ use clap::Args;
 
 use super::{Cli, exit};
 use crate::bench::{BenchOptions, run as run_bench};
+use crate::engine::locks::Locks;
 use crate::lab::{Lab, LabSpec};
-use crate::lock::Locks;
 
 #[derive(Debug, Clone, Args)]
 #[command(

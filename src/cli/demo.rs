@@ -9,12 +9,12 @@ use clap::Args;
 use rand::Rng;
 
 use super::exit;
-use crate::checker::{Checker, Hold};
-use crate::error::Error;
+use crate::chaos::checker::{Checker, Hold};
+use crate::engine::error::Error;
+use crate::engine::locks::Locks;
+use crate::engine::vote::Vote;
+use crate::group::sentinel::Failover;
 use crate::lab::{Lab, LabSpec};
-use crate::lock::Locks;
-use crate::quorum::Vote;
-use crate::sentinel::Failover;
 use tokio::sync::broadcast;
 
 /// Group whose master the demo kills (0-based: g2).

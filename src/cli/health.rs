@@ -3,8 +3,8 @@
 
 use super::exit;
 use super::output::{self, or_dash};
-use crate::health::{Admission, Health};
-use crate::lock::Locks;
+use crate::engine::health::{Admission, Health};
+use crate::engine::locks::Locks;
 
 fn admission(admission: &Admission) -> String {
     match admission {

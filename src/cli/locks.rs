@@ -9,10 +9,10 @@ use serde_json::json;
 
 use super::exit;
 use super::output::{self, duration_ms, or_dash};
-use crate::error::Error;
-use crate::inspect::LockStatus;
-use crate::lease::LeaseEnd;
-use crate::lock::{Locks, Released};
+use crate::engine::error::Error;
+use crate::engine::inspect::LockStatus;
+use crate::engine::lease::{Detached, LeaseEnd};
+use crate::engine::locks::{Locks, Released};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -163,7 +163,7 @@ pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Res
     Ok(exit::OK)
 }
 
-fn list_table(list: &crate::inspect::LockList) -> String {
+fn list_table(list: &crate::engine::inspect::LockList) -> String {
     if list.locks.is_empty() {
         return "no locks held\n".to_string();
     }
@@ -238,7 +238,9 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
         );
     }
     if !args.hold {
-        let (resource, token, _) = lease.detach();
+        let Detached {
+            resource, token, ..
+        } = lease.detach();
         if !json {
             println!("release it with: quorumlock release {resource} --token {token}");
         }

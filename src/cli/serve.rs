@@ -4,13 +4,15 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(feature = "mcp-bench")]
 use anyhow::Context;
 use clap::Args;
 
 use super::exit;
+#[cfg(feature = "mcp-bench")]
+use crate::bench::mcp::{self as bench, BenchOptions};
 use crate::config::Topology;
-use crate::lock::Locks;
-use crate::mcp::bench::{self, BenchOptions};
+use crate::engine::locks::Locks;
 use crate::mcp::{
     BearerToken, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
     serve_stdio,
@@ -135,6 +137,14 @@ async fn termination() {
     ctrl_c.await;
 }
 
+#[cfg(not(feature = "mcp-bench"))]
+async fn run_bench(_args: &ServeArgs, _topology: &Topology) -> anyhow::Result<u8> {
+    anyhow::bail!(
+        "--bench needs the MCP client, which this build leaves out: build with `cargo build --release --features mcp-bench`"
+    )
+}
+
+#[cfg(feature = "mcp-bench")]
 async fn run_bench(args: &ServeArgs, topology: &Topology) -> anyhow::Result<u8> {
     // The server children read the topology from a file, so the one in effect here (with
     // every override applied) is written out for them.

@@ -20,6 +20,7 @@
 
 mod certificates;
 mod confs;
+pub mod install;
 mod probe;
 mod process;
 mod resp;
@@ -69,7 +70,7 @@ const MAX_NODES: usize = 200;
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error(transparent)]
-    RedisServerMissing(#[from] crate::install::InstallError),
+    RedisServerMissing(#[from] crate::lab::install::InstallError),
     #[error("invalid lab settings: {0}")]
     InvalidSpec(String),
     #[error("cannot create the lab's TLS certificates: {0}")]
@@ -388,9 +389,15 @@ impl Lab {
     /// The masters were just created empty, so no grant can have been missed: let them vote
     /// at once instead of sitting out the quarantine that protects a real restart.
     async fn admit_masters(&self) -> Result<(), LabError> {
-        let marker = crate::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
+        let marker = crate::engine::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
         for record in self.records(NodeKind::Master) {
-            let args = ["EVAL", crate::scripts::ADMIT_LUA, "1", marker.as_str(), "0"];
+            let args = [
+                "EVAL",
+                crate::group::scripts::ADMIT_LUA,
+                "1",
+                marker.as_str(),
+                "0",
+            ];
             resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
                 .await
                 .map_err(|reason| LabError::Admit {

@@ -14,7 +14,7 @@ use super::{LabError, NodeKind};
 
 /// The binary to run; installing it may take a while, so it runs off the async threads.
 pub(super) async fn find_redis_server() -> Result<PathBuf, LabError> {
-    tokio::task::spawn_blocking(crate::install::redis_server)
+    tokio::task::spawn_blocking(crate::lab::install::redis_server)
         .await
         .map_err(|error| LabError::InvalidSpec(format!("redis-server lookup stopped: {error}")))?
         .map_err(LabError::from)

@@ -24,7 +24,9 @@ pub struct Control {
 impl Control {
     pub fn new(spec: &LabSpec) -> Result<Self, LabError> {
         let tls = if spec.tls {
-            Some(crate::security::tokio_connector(&tls_settings(&spec.dir))?)
+            Some(crate::group::security::tokio_connector(&tls_settings(
+                &spec.dir,
+            ))?)
         } else {
             None
         };

@@ -8,7 +8,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::quorum::{GroupVote, Vote};
+use crate::engine::vote::{GroupVote, Vote};
 
 /// Default `ttl_ms` of `acquire_lock`.
 pub const DEFAULT_TTL_MS: i64 = 15_000;
@@ -181,7 +181,7 @@ pub struct GroupVoteView {
 }
 
 /// Who holds a lock: the engine's own type, so the contract cannot drift from it.
-pub use crate::error::Holder as HolderView;
+pub use crate::engine::error::Holder as HolderView;
 
 /// Result of `release_lock`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -230,7 +230,7 @@ pub struct LockStatusResult {
 }
 
 /// One group's view of one lock: the engine's own type.
-pub use crate::inspect::GroupView as GroupStateView;
+pub use crate::engine::inspect::GroupView as GroupStateView;
 
 /// A keepalive lease held by this server process.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -258,7 +258,7 @@ pub struct ListLocksResult {
 }
 
 /// One held lock: the engine's own type.
-pub use crate::inspect::ListedLock as ListedLockView;
+pub use crate::engine::inspect::ListedLock as ListedLockView;
 
 /// Result of `cluster_health`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -289,7 +289,7 @@ pub struct GroupHealthView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// The master's replicas and how far behind each is.
-    pub replicas: Vec<crate::health::ReplicaView>,
+    pub replicas: Vec<crate::engine::health::ReplicaView>,
     /// Whether every Sentinel that answered names the master this server uses (with no master
     /// connected, the same master as each other); absent when no Sentinel named one.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -20,11 +20,10 @@
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
 //! - `http`: the axum app (`/mcp`, `/healthz`, `/metrics`) and its graceful shutdown.
 //! - `stdio`: one session over stdin and stdout.
-//! - `bench`: tool-call round trips over both transports, against a real topology.
 
 mod arguments;
 mod auth;
-pub mod bench;
+
 mod contract;
 mod handler;
 mod http;
@@ -43,7 +42,7 @@ pub use http::{HttpOptions, serve_http};
 pub use metrics::Metrics;
 pub use stdio::{StdioEnd, serve_stdio};
 
-use crate::lock::{Locks, MIN_TTL};
+use crate::engine::locks::{Locks, MIN_TTL};
 
 /// The line `serve --http` prints on stderr once it listens, followed by the endpoint URL.
 pub const LISTENING_PREFIX: &str = "quorumlock mcp listening on ";

@@ -19,9 +19,9 @@ use tokio::sync::{oneshot, watch};
 
 use super::contract::{KeepaliveView, rfc3339};
 use super::metrics::Metrics;
-use crate::error::Error;
-use crate::lease::{KeptLease, LeaseEnd};
-use crate::lock::Released;
+use crate::engine::error::Error;
+use crate::engine::lease::{KeptLease, LeaseEnd};
+use crate::engine::locks::Released;
 
 /// How many ended leases are remembered for `lock_status`; the oldest are forgotten first.
 const MAX_ENDED_RECORDS: usize = 4096;

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{oneshot, watch};
 
-use crate::error::Error;
-use crate::lock::{AcquireOptions, Engine, Granted, Locks, Released};
-use crate::quorum::GroupVote;
+use crate::engine::error::Error;
+use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released};
+use crate::engine::vote::GroupVote;
 
 /// An acquire being built: `locks.acquire("x").ttl(..).wait(..).owner(..).await`.
 #[must_use = "an acquire does nothing until it is awaited"]
@@ -86,24 +86,33 @@ pub struct Lease {
     open: bool,
 }
 
+/// A lease whose holder no longer releases it: what is needed to extend or release it by
+/// token, and to write with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detached {
+    pub resource: String,
+    /// The secret that proves ownership to release and extend.
+    pub token: String,
+    pub fencing_token: u64,
+}
+
 impl Lease {
     pub(crate) fn new(
         engine: Arc<Engine>,
         resource: String,
-        token: String,
         ttl: Duration,
-        granted: Granted,
+        acquired: Acquired,
     ) -> Self {
         Lease {
             engine,
             resource,
-            token,
-            fence: granted.fence,
+            token: acquired.token,
+            fence: acquired.fence,
             ttl,
-            attempts: granted.attempts,
-            started: granted.started,
-            valid_until: granted.valid_until,
-            votes: granted.votes,
+            attempts: acquired.attempts,
+            started: acquired.started,
+            valid_until: acquired.valid_until,
+            votes: acquired.votes,
             open: true,
         }
     }
@@ -173,13 +182,13 @@ impl Lease {
 
     /// Gives up responsibility for releasing: the lock stays until its TTL or an explicit
     /// release by token (used when the token is handed to someone else).
-    pub fn detach(mut self) -> (String, String, u64) {
+    pub fn detach(mut self) -> Detached {
         self.open = false;
-        (
-            std::mem::take(&mut self.resource),
-            std::mem::take(&mut self.token),
-            self.fence,
-        )
+        Detached {
+            resource: std::mem::take(&mut self.resource),
+            token: std::mem::take(&mut self.token),
+            fencing_token: self.fence,
+        }
     }
 
     /// Starts a keepalive task that renews at about ttl/3.

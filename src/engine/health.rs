@@ -6,12 +6,12 @@ use fred::prelude::*;
 use fred::types::{InfoKind, Value};
 use serde::Serialize;
 
-use crate::diagnose::{ask_sentinel, connection_failure};
+use crate::engine::locks::Locks;
+use crate::engine::resource::admission_key;
 use crate::group::Group;
-use crate::lock::Locks;
-use crate::quorum::Reply;
-use crate::resource::admission_key;
-use crate::scripts;
+use crate::group::diagnose::{ask_sentinel, connection_failure};
+use crate::group::reply::Reply;
+use crate::group::scripts;
 
 /// One Sentinel's answer about a group.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -25,7 +25,8 @@ pub struct SentinelView {
 }
 
 /// One replica as its master reports it.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
 pub struct ReplicaView {
     pub address: String,
     pub state: String,
@@ -110,8 +111,8 @@ impl Locks {
         .await;
         let voting = groups.iter().filter(|g| g.votes()).count();
         Health {
-            quorum_available: voting >= engine.quorum,
-            quorum: engine.quorum,
+            quorum_available: voting >= engine.majority.needed,
+            quorum: engine.majority.needed,
             voting,
             groups,
         }

@@ -2,6 +2,9 @@
 //! second at several concurrencies on distinct resources, and contended acquisitions per
 //! second on one resource with an overlap check.
 
+#[cfg(feature = "mcp-bench")]
+pub mod mcp;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -9,11 +12,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use crate::checker::{Checker, Hold};
-use crate::error::Error;
-use crate::lease::Acquire;
-use crate::lock::Locks;
-use crate::resource::MAX_LABEL_BYTES;
+use crate::chaos::checker::{Checker, Hold};
+use crate::engine::error::Error;
+use crate::engine::lease::Acquire;
+use crate::engine::locks::Locks;
+use crate::engine::resource::MAX_LABEL_BYTES;
 
 /// What to run.
 #[derive(Debug, Clone)]

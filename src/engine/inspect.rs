@@ -6,14 +6,17 @@ use fred::types::Value;
 use futures::StreamExt;
 use serde::Serialize;
 
-use crate::error::{Error, Holder};
-use crate::lock::{Locks, OwnerRecord, text};
-use crate::quorum::{Reply, fan_out};
-use crate::resource::validate_resource;
-use crate::scripts;
+use crate::engine::error::{Error, Holder};
+use crate::engine::fan_out::fan_out;
+use crate::engine::locks::{Locks, OwnerRecord};
+use crate::engine::resource::validate_resource;
+use crate::group::reply::Reply;
+use crate::group::reply::text;
+use crate::group::scripts;
 
 /// One group's view of one lock.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
 pub struct GroupView {
     pub group: String,
     /// `held`, `free`, `timeout` or `error`.
@@ -46,7 +49,8 @@ pub struct LockStatus {
 }
 
 /// One current lock, as listed.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
 pub struct ListedLock {
     pub resource: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -130,7 +134,7 @@ impl Locks {
         }
         let leader = tally
             .iter()
-            .filter(|(_, votes)| **votes >= engine.quorum)
+            .filter(|(_, votes)| **votes >= engine.majority.needed)
             .map(|(token, _)| *token)
             .next();
         let holding: Vec<&Seen> = seen

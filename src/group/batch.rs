@@ -18,8 +18,8 @@ use fred::types::{Key, Value};
 use tokio::sync::{Notify, oneshot};
 
 use crate::group::eval_script;
-use crate::quorum::Reply;
-use crate::scripts;
+use crate::group::reply::Reply;
+use crate::group::scripts;
 
 /// Most calls in one script call: a master runs a script to the end before anything else,
 /// so this bounds how long one batch holds it (well under a millisecond).
@@ -34,27 +34,27 @@ pub(crate) const QUEUE_FULL: &str =
 
 /// Which script a call runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Script {
+pub(crate) enum LockScript {
     Acquire,
     Release,
     Extend,
 }
 
-impl Script {
+impl LockScript {
     /// The name `lua/batch.lua` knows it by.
     fn name(self) -> &'static str {
         match self {
-            Script::Acquire => "acquire",
-            Script::Release => "release",
-            Script::Extend => "extend",
+            LockScript::Acquire => "acquire",
+            LockScript::Release => "release",
+            LockScript::Extend => "extend",
         }
     }
 
     fn single(self) -> &'static fred::types::scripts::Script {
         match self {
-            Script::Acquire => &scripts::ACQUIRE,
-            Script::Release => &scripts::RELEASE,
-            Script::Extend => &scripts::EXTEND,
+            LockScript::Acquire => &scripts::ACQUIRE,
+            LockScript::Release => &scripts::RELEASE,
+            LockScript::Extend => &scripts::EXTEND,
         }
     }
 }
@@ -63,7 +63,7 @@ impl Script {
 /// arguments instead of copying them.
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
-    pub script: Script,
+    pub script: LockScript,
     pub keys: Arc<[Key]>,
     pub args: Arc<[Value]>,
 }
@@ -131,7 +131,7 @@ impl Lane {
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
         let queued = {
             let mut state = self.state();
-            if state.queue.len() >= MAX_QUEUED && call.script != Script::Release {
+            if state.queue.len() >= MAX_QUEUED && call.script != LockScript::Release {
                 return Reply::NotSent(QUEUE_FULL);
             }
             if state.busy {
@@ -260,7 +260,7 @@ impl Lane {
         let count = calls.len();
         let acks = self
             .acks
-            .filter(|_| calls.iter().any(|call| call.script == Script::Acquire));
+            .filter(|_| calls.iter().any(|call| call.script == LockScript::Acquire));
         let (script, keys, args) = match calls.as_slice() {
             [call] => (call.script.single(), call.keys.clone(), call.args.clone()),
             _ => {
@@ -327,12 +327,12 @@ mod tests {
     #[test]
     fn pack_lays_out_what_batch_lua_reads() {
         let acquire = Call {
-            script: Script::Acquire,
+            script: LockScript::Acquire,
             keys: vec!["l".into(), "f".into(), "a".into()].into(),
             args: vec!["t".into(), Value::from(10_i64)].into(),
         };
         let release = Call {
-            script: Script::Release,
+            script: LockScript::Release,
             keys: vec!["l2".into()].into(),
             args: Vec::new().into(),
         };

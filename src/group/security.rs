@@ -104,6 +104,7 @@ fn client_identity(settings: &TlsSettings) -> Result<Option<Identity>, ConfigErr
 }
 
 /// The lab's control client speaks TLS with the same settings as the engine.
+#[cfg(feature = "tools")]
 pub(crate) fn tokio_connector(
     settings: &TlsSettings,
 ) -> Result<tokio_rustls::TlsConnector, ConfigError> {

@@ -5,7 +5,7 @@
 
 use fred::types::Key;
 
-use crate::error::Error;
+use crate::engine::error::Error;
 
 /// Longest accepted resource name, in bytes.
 pub const MAX_RESOURCE_BYTES: usize = 512;

@@ -13,7 +13,7 @@ use fred::types::Message;
 use tokio::sync::{Notify, OnceCell, broadcast};
 use tokio::task::JoinHandle;
 
-use crate::connection::{Connection, keep_connected, shut_all};
+use crate::group::connection::{Connection, keep_connected, shut_all};
 use crate::group::{Group, RECONNECT_DELAY};
 
 /// How long a subscriber may take to connect before it is left to reconnect in the background.

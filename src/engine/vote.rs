@@ -1,73 +1,12 @@
-//! The one fan-out helper every operation uses, and the votes it gathers.
+//! The votes a fan-out gathers, and the one rule that reads them.
 //!
-//! A call goes to every group at once; each group's answer (or its timeout) becomes a
-//! [`Reply`]. The caller says when the vote is decided, so acquire can return as soon as a
-//! majority granted without waiting for the slowest group.
+//! Every group answers each call with a [`Vote`]. A majority of `Granted` decides; short of
+//! it, the votes say whether the groups answered and refused (someone else holds the lock, or
+//! the token is not ours), or too few answered to know (the infrastructure failed).
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
-use crate::group::Group;
-
-/// One group's answer to one call.
-#[derive(Debug, Clone)]
-pub(crate) enum Reply<T> {
-    /// The script ran and answered.
-    Answer(T),
-    /// No answer within the per-call timeout: the call may still have been applied.
-    Timeout,
-    /// The call failed (connection refused or closed, server error): outcome unknown.
-    Failed(String),
-    /// The call was never sent, for the reason given: it waited in the client's queue for its
-    /// whole timeout, or the queue was full. Nothing was applied.
-    NotSent(&'static str),
-}
-
-impl<T> Reply<T> {
-    /// The same reply with its answer turned into another.
-    pub fn map<U>(self, answer: impl FnOnce(T) -> U) -> Reply<U> {
-        match self {
-            Reply::Answer(value) => Reply::Answer(answer(value)),
-            Reply::Timeout => Reply::Timeout,
-            Reply::Failed(message) => Reply::Failed(message),
-            Reply::NotSent(reason) => Reply::NotSent(reason),
-        }
-    }
-}
-
-/// Sends `call` to every group concurrently and gathers the replies until `decided` says the
-/// vote is settled (or every group answered). Groups that had not answered by then are `None`;
-/// their calls still run to completion in the background, which is why callers clean up by
-/// token on every group that might hold a grant.
-pub(crate) async fn fan_out<'g, T, Call, Fut>(
-    groups: &'g [Group],
-    call: Call,
-    mut decided: impl FnMut(&[Option<Reply<T>>]) -> bool,
-) -> Vec<Option<Reply<T>>>
-where
-    Call: Fn(&'g Group) -> Fut,
-    Fut: Future<Output = Reply<T>>,
-{
-    // Boxed once: the per-group futures are large, and moving them into the set by value
-    // copied kilobytes per call on the hot path.
-    let mut pending: FuturesUnordered<_> = groups
-        .iter()
-        .enumerate()
-        .map(|(index, group)| {
-            let reply = Box::pin(call(group));
-            async move { (index, reply.await) }
-        })
-        .collect();
-    let mut replies: Vec<Option<Reply<T>>> = (0..groups.len()).map(|_| None).collect();
-    while let Some((index, reply)) = pending.next().await {
-        replies[index] = Some(reply);
-        if decided(&replies) {
-            break;
-        }
-    }
-    replies
-}
+use crate::group::reply::Reply;
 
 /// What one group said about a lock, as reported to callers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,10 +86,35 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
         .collect()
 }
 
-/// Counts votes matching `predicate` among the answers gathered so far.
-pub(crate) fn count<T>(
-    replies: &[Option<Reply<T>>],
-    predicate: impl Fn(&Reply<T>) -> bool,
-) -> usize {
-    replies.iter().flatten().filter(|r| predicate(r)).count()
+/// How many groups vote, and how many of them make a majority: the rule every operation
+/// decides by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Majority {
+    /// Groups that vote.
+    pub groups: usize,
+    /// Votes that decide: more than half of the groups.
+    pub needed: usize,
+}
+
+impl Majority {
+    /// The majority of `groups` groups.
+    pub fn of(groups: usize) -> Majority {
+        Majority {
+            groups,
+            needed: groups / 2 + 1,
+        }
+    }
+
+    /// Decided once `yes` groups reached a majority, or once `no` groups made one
+    /// impossible. The slower groups need not be awaited.
+    pub fn decided(self, yes: usize, no: usize) -> bool {
+        yes >= self.needed || no > self.groups - self.needed
+    }
+
+    /// True when a vote short of a majority says nothing about the lock: too few groups
+    /// answered (timeouts, errors, quarantined masters) for their refusals to decide it.
+    pub fn unavailable(self, votes: &[GroupVote]) -> bool {
+        let failed = votes.iter().filter(|v| v.vote.is_failure()).count();
+        self.groups.saturating_sub(failed) < self.needed
+    }
 }

@@ -1,6 +1,10 @@
 //! One master group: its fred client (found through Sentinel, or a plain address), the
 //! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
 //! by SHA with a transparent reload on NOSCRIPT.
+//!
+//! Everything that talks to one group lives in this folder: group commit (`batch`), the
+//! scripts, the Sentinel watch, connecting and diagnosing, ACL and TLS. A group answers each
+//! call with a [`reply::Reply`]; it knows nothing of votes or majorities.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,13 +16,29 @@ use fred::types::config::{Server, UnresponsiveConfig};
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
 
-use crate::batch::{Answer, Call, Lane};
-use crate::config::{Endpoint, GroupConfig, Topology};
-use crate::connection::{Connection, connect, shut};
-use crate::diagnose::Diagnosis;
-use crate::error::Error;
-use crate::quorum::Reply;
-use crate::security::{Credentials, Transport};
+use crate::config::{ConfigError, Endpoint, GroupConfig, Topology};
+use crate::group::batch::{Answer, Call, Lane};
+use crate::group::connection::{Connection, connect, shut};
+use crate::group::diagnose::Diagnosis;
+use crate::group::reply::Reply;
+use crate::group::security::{Credentials, Transport};
+
+pub(crate) mod batch;
+pub(crate) mod connection;
+pub(crate) mod diagnose;
+pub(crate) mod reply;
+pub(crate) mod scripts;
+pub(crate) mod security;
+pub(crate) mod sentinel;
+
+/// Why a group's client could not be built. Not a network failure: those are votes.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SetupError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot set up group {group}: {message}")]
+    Client { group: String, message: String },
+}
 
 /// Pause between reconnect attempts. Short and without jitter: a refused connection costs
 /// nothing, and after a failover the group should vote again as soon as it can.
@@ -176,7 +196,7 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
 
 /// Loads every script; a failure only means the first call pays a NOSCRIPT round trip.
 async fn load_scripts(client: &Client) {
-    for script in crate::scripts::all() {
+    for script in crate::group::scripts::all() {
         if let Some(lua) = script.lua() {
             let _ = client.script_load::<String, _>(lua.clone()).await;
         }
@@ -210,7 +230,7 @@ impl Group {
         config: &GroupConfig,
         topology: &Topology,
         transport: &Transport,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, SetupError> {
         let endpoint = config.endpoint_at(index)?;
         let direct = match &endpoint {
             Endpoint::Direct { host, port } => Some((host.clone(), *port)),
@@ -269,7 +289,7 @@ impl Group {
                 performance.default_command_timeout = call_timeout;
             })
             .set_policy(reconnect_policy());
-        let client = builder.build().map_err(|error| Error::Setup {
+        let client = builder.build().map_err(|error| SetupError::Client {
             group: config.name.clone(),
             message: error.to_string(),
         })?;

@@ -10,8 +10,8 @@ use fred::prelude::*;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-use crate::connection::{Connection, connect, shut_all};
 use crate::group::Group;
+use crate::group::connection::{Connection, connect, shut_all};
 
 const SWITCH_MASTER: &str = "+switch-master";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);

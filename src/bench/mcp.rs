@@ -16,7 +16,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::LISTENING_PREFIX;
+use crate::mcp::LISTENING_PREFIX;
 
 /// What to measure, and with which binary and topology file.
 #[derive(Debug, Clone)]

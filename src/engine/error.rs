@@ -1,12 +1,12 @@
 //! The library's error type: every failure says what happened and what to do next.
 
 use crate::config::ConfigError;
-use crate::quorum::{GroupVote, Vote, failed_group_names};
+use crate::engine::vote::{GroupVote, Vote, failed_group_names};
+use crate::group::SetupError;
 
 /// Who holds a lock, as far as the groups told us.
-#[derive(
-    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
 pub struct Holder {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
@@ -80,6 +80,15 @@ pub enum Error {
     /// A group's client could not be set up (not a network failure: those are votes).
     #[error("cannot set up group {group}: {message}")]
     Setup { group: String, message: String },
+}
+
+impl From<SetupError> for Error {
+    fn from(error: SetupError) -> Self {
+        match error {
+            SetupError::Config(error) => Error::Config(error),
+            SetupError::Client { group, message } => Error::Setup { group, message },
+        }
+    }
 }
 
 impl Error {

@@ -13,55 +13,55 @@ use fred::types::scripts::Script;
 /// Grant when admitted, free (or ours) and the fencing proposal is above the stored fence.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
-        include_str!("../lua/holder.lua"),
-        include_str!("../lua/admission.lua"),
-        include_str!("../lua/acquire.lua")
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/admission.lua"),
+        include_str!("../../lua/acquire.lua")
     ))
 });
 /// Compare-and-pexpire of the lock, when admitted.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
-        include_str!("../lua/holder.lua"),
-        include_str!("../lua/admission.lua"),
-        include_str!("../lua/extend.lua")
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/admission.lua"),
+        include_str!("../../lua/extend.lua")
     ))
 });
 /// Compare-and-delete of the lock.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
-        include_str!("../lua/holder.lua"),
-        include_str!("../lua/release.lua")
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/release.lua")
     ))
 });
 /// Several acquire, release and extend calls in one script call.
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
-        include_str!("../lua/holder.lua"),
-        include_str!("../lua/admission.lua"),
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/admission.lua"),
         "local CALLS = {}\nCALLS.acquire = function(KEYS, ARGV)\n",
-        include_str!("../lua/acquire.lua"),
+        include_str!("../../lua/acquire.lua"),
         "end\nCALLS.release = function(KEYS, ARGV)\n",
-        include_str!("../lua/release.lua"),
+        include_str!("../../lua/release.lua"),
         "end\nCALLS.extend = function(KEYS, ARGV)\n",
-        include_str!("../lua/extend.lua"),
+        include_str!("../../lua/extend.lua"),
         "end\n",
-        include_str!("../lua/batch.lua")
+        include_str!("../../lua/batch.lua")
     ))
 });
 /// Delete of the lock whatever the token (operators only).
 pub(crate) static FORCE_RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../lua/force_release.lua")));
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/force_release.lua")));
 /// Read-only view of the lock, its owner record and its fence.
 pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
-        include_str!("../lua/holder.lua"),
-        include_str!("../lua/inspect.lua")
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/inspect.lua")
     ))
 });
 
 /// Read-only view of a master's admission, for health reports.
 pub(crate) static ADMISSION_STATE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../lua/admission_state.lua")));
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/admission_state.lua")));
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
@@ -78,4 +78,5 @@ pub(crate) fn all() -> [&'static Script; 7] {
 }
 
 /// Admits a master's current replication history to the vote (bootstrap of fresh masters).
-pub const ADMIT_LUA: &str = include_str!("../lua/admit.lua");
+#[cfg(feature = "tools")]
+pub(crate) const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");

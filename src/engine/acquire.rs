@@ -1,0 +1,413 @@
+//! Acquire: fencing proposals, the rounds of one attempt, rollback, and waiting.
+//!
+//! One acquire attempt is one round (two or three only when a group's fence is ahead of our
+//! proposal): the acquire script goes to every group at once, the vote is decided as soon as
+//! a majority granted or can no longer grant, and a lease is handed out only while
+//! `ttl − elapsed − drift` is positive. A failed attempt is rolled back with the release
+//! script on every group that may hold our grant, then retried after a jittered delay.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use fred::types::Value;
+use rand::Rng;
+use tokio::task::JoinHandle;
+
+use crate::engine::clock::{millis, unix_micros, unix_millis};
+use crate::engine::error::Error;
+use crate::engine::fan_out::{count, fan_out};
+use crate::engine::locks::{
+    AcquireOptions, Acquired, DELETE_RETRIES, Engine, FENCE_ROUNDS, MAX_WAIT, OwnerRecord,
+    check_ttl,
+};
+use crate::engine::resource::{ResourceKeys, validate_label, validate_resource};
+use crate::engine::vote::{GroupVote, Vote};
+use crate::engine::waiters::Watch;
+use crate::group::Group;
+use crate::group::batch::{Answer, Call, LockScript, QUEUE_FULL};
+use crate::group::reply::{Reply, integer, text};
+
+/// A group's answer to the acquire script.
+enum AcquireAnswer {
+    Granted,
+    Held { remaining_ms: u64, record: String },
+    FenceAhead(u64),
+    Quarantined(u64),
+}
+
+fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
+    match integer(values.first()) {
+        Some(1) => Ok(AcquireAnswer::Granted),
+        Some(0) => Ok(AcquireAnswer::Held {
+            remaining_ms: integer(values.get(1)).unwrap_or(0),
+            record: text(values.get(2)),
+        }),
+        Some(2) => Ok(AcquireAnswer::FenceAhead(
+            integer(values.get(1)).unwrap_or(0),
+        )),
+        Some(3) => Ok(AcquireAnswer::Quarantined(
+            integer(values.get(1)).unwrap_or(0),
+        )),
+        _ => Err(format!("unexpected acquire reply {values:?}")),
+    }
+}
+
+impl Engine {
+    /// A fence above the clock and above everything this process has seen.
+    fn propose_fence(&self) -> u64 {
+        let now = unix_micros();
+        let previous = self
+            .highest_fence
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                Some(last.max(now - 1) + 1)
+            })
+            .unwrap_or_else(|last| last);
+        previous.max(now - 1) + 1
+    }
+
+    fn observe_fence(&self, fence: u64) {
+        self.highest_fence.fetch_max(fence, Ordering::AcqRel);
+    }
+
+    fn retry_delay(&self) -> Duration {
+        let base = self.topology.retry_delay();
+        base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
+    }
+
+    pub async fn acquire(
+        self: &Arc<Self>,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<Acquired, Error> {
+        validate_resource(resource)?;
+        check_ttl(options.ttl, self.topology.max_ttl())?;
+        if options.wait > MAX_WAIT {
+            return Err(Error::invalid(
+                "wait",
+                format!(
+                    "{} ms is above the limit of {} ms",
+                    options.wait.as_millis(),
+                    MAX_WAIT.as_millis()
+                ),
+            ));
+        }
+        validate_label("owner", options.owner.as_deref())?;
+        validate_label("purpose", options.purpose.as_deref())?;
+        let keys = self.keys(resource);
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let record = serde_json::to_string(&OwnerRecord {
+            owner: options.owner.clone(),
+            purpose: options.purpose.clone(),
+            acquired_at_ms: unix_millis(),
+        })
+        .unwrap_or_default();
+        let deadline = Instant::now() + options.wait;
+        let mut attempts = 0;
+        // Subscribed to the resource's release channel once a wait finds it held.
+        let mut watch: Option<Watch> = None;
+        if !options.wait.is_zero() && self.waiters.queued(&keys.released) {
+            // Other waiters of this process queue for this lock: it is held. Take a place in
+            // the queue (releases wake one waiter at a time, the longest waiting first) rather
+            // than spend a vote on it; the timer covers a release nobody announces.
+            let queued = self
+                .waiters
+                .watch(&self.groups, &keys.released, deadline)
+                .await;
+            let released = queued.notify();
+            let fallback = (self.topology.retry_delay() * 10)
+                .min(deadline.saturating_duration_since(Instant::now()));
+            tokio::select! {
+                _ = released.notified() => {}
+                _ = tokio::time::sleep(fallback) => {}
+            }
+            watch = Some(queued);
+        }
+        loop {
+            attempts += 1;
+            // Armed before the attempt, so a release announced during it is not missed.
+            let notify = watch.as_ref().map(Watch::notify);
+            let mut released = notify.as_ref().map(|notify| Box::pin(notify.notified()));
+            if let Some(released) = released.as_mut() {
+                released.as_mut().enable();
+            }
+            let (error, may_hold) = match self
+                .attempt(resource, &keys, &token, options.ttl, &record)
+                .await
+            {
+                Ok(acquired) => {
+                    return Ok(Acquired {
+                        attempts,
+                        ..acquired
+                    });
+                }
+                Err(failure) => failure,
+            };
+            let rolled_back = self.roll_back(&keys, &token, may_hold);
+            let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
+            if let Some(rolled_back) = rolled_back {
+                // The groups that answer delete within one call timeout; one that does not
+                // must hold up neither this answer nor the caller's wait. The next attempt
+                // reuses the token, so it only starts once the rollback is done (a delete
+                // retried after it would take the new grant): a rollback still running at
+                // the deadline ends the wait.
+                let limit = if last {
+                    Instant::now() + self.topology.call_timeout()
+                } else {
+                    deadline
+                };
+                let _ = tokio::time::timeout_at(limit.into(), rolled_back).await;
+            }
+            let now = Instant::now();
+            if last || now >= deadline {
+                return Err(error);
+            }
+            let holder_left = match &error {
+                Error::Held { holder, .. } => holder
+                    .as_ref()
+                    .map(|h| Duration::from_millis(h.remaining_ms)),
+                _ => None,
+            };
+            if watch.is_none() && matches!(error, Error::Held { .. }) {
+                // Try again at once after subscribing: a release before the subscription
+                // shows up as a free lock, one after it as a message.
+                watch = Some(
+                    self.waiters
+                        .watch(&self.groups, &keys.released, deadline)
+                        .await,
+                );
+                continue;
+            }
+            let delay = match (&watch, holder_left) {
+                // Announcements wake us; the timer only covers expiries and lost messages.
+                (Some(_), Some(left)) => left.clamp(
+                    self.topology.retry_delay(),
+                    self.topology.retry_delay() * 10,
+                ),
+                _ => self.retry_delay(),
+            };
+            let announced = async {
+                match released.as_mut() {
+                    Some(released) => released.as_mut().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = announced => {}
+                _ = tokio::time::sleep(delay.min(deadline - now)) => {}
+            }
+        }
+    }
+
+    /// One attempt: up to [`FENCE_ROUNDS`] rounds, all counted in `elapsed`. On failure it
+    /// returns the error and, per group, whether that group may hold our grant.
+    async fn attempt(
+        &self,
+        resource: &str,
+        keys: &ResourceKeys,
+        token: &str,
+        ttl: Duration,
+        record: &str,
+    ) -> Result<Acquired, (Error, Vec<bool>)> {
+        let started = Instant::now();
+        let majority = self.majority;
+        let (n, quorum) = (majority.groups, majority.needed);
+        let mut may_hold = vec![false; n];
+        let script_keys: Arc<[fred::types::Key]> = keys.acquire().into();
+        let quarantine = Value::from(millis(self.topology.max_ttl()) as i64);
+        for round in 0..FENCE_ROUNDS {
+            // Refused before anything is sent when too few groups would take the call: a
+            // grant on a minority only costs a rollback.
+            if self
+                .groups
+                .iter()
+                .filter(|group| group.overloaded())
+                .count()
+                > n - quorum
+            {
+                let votes = self
+                    .groups
+                    .iter()
+                    .map(|group| GroupVote {
+                        group: group.name.clone(),
+                        vote: if group.overloaded() {
+                            Vote::Error {
+                                message: format!("not sent: {}", QUEUE_FULL),
+                            }
+                        } else {
+                            Vote::NotAwaited
+                        },
+                    })
+                    .collect();
+                return Err((self.denial(resource, votes), may_hold));
+            }
+            let fence = self.propose_fence();
+            let grant = Call {
+                script: LockScript::Acquire,
+                keys: script_keys.clone(),
+                args: vec![
+                    token.into(),
+                    Value::from(millis(ttl) as i64),
+                    Value::from(fence.to_string()),
+                    record.into(),
+                    quarantine.clone(),
+                ]
+                .into(),
+            };
+            let replies = fan_out(
+                &self.groups,
+                |group| self.ask_grant(group, grant.clone()),
+                |replies| {
+                    let granted = count(replies, |r| {
+                        matches!(r, Reply::Answer(AcquireAnswer::Granted))
+                    });
+                    let lost = count(replies, |r| {
+                        !matches!(
+                            r,
+                            Reply::Answer(AcquireAnswer::Granted | AcquireAnswer::FenceAhead(_))
+                        )
+                    });
+                    majority.decided(granted, lost)
+                },
+            )
+            .await;
+            for (index, reply) in replies.iter().enumerate() {
+                may_hold[index] |= !matches!(
+                    reply,
+                    Some(
+                        Reply::Answer(
+                            AcquireAnswer::Held { .. }
+                                | AcquireAnswer::FenceAhead(_)
+                                | AcquireAnswer::Quarantined(_)
+                        ) | Reply::NotSent(_)
+                    )
+                );
+            }
+            let granted = count(&replies, |r| {
+                matches!(r, Reply::Answer(AcquireAnswer::Granted))
+            });
+            let ahead: Vec<u64> = replies
+                .iter()
+                .filter_map(|r| match r {
+                    Some(Reply::Answer(AcquireAnswer::FenceAhead(f))) => Some(*f),
+                    _ => None,
+                })
+                .collect();
+            let votes = self.votes(replies);
+            if granted >= quorum {
+                let elapsed = started.elapsed();
+                let lifetime = ttl.saturating_sub(self.drift(ttl));
+                if elapsed < lifetime {
+                    return Ok(Acquired {
+                        token: token.to_string(),
+                        fence,
+                        attempts: 1,
+                        started,
+                        valid_until: started + lifetime,
+                        votes,
+                    });
+                }
+                let error = Error::Expired {
+                    resource: resource.to_string(),
+                    elapsed_ms: millis(elapsed),
+                    votes,
+                };
+                return Err((error, may_hold));
+            }
+            if let Some(highest) = ahead.iter().max() {
+                self.observe_fence(*highest);
+                if granted + ahead.len() >= quorum && round + 1 < FENCE_ROUNDS {
+                    continue;
+                }
+            }
+            return Err((self.denial(resource, votes), may_hold));
+        }
+        // The loop always returns in its last round.
+        Err((self.denial(resource, Vec::new()), may_hold))
+    }
+
+    /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
+    /// once that many replicas acknowledged it (`WAIT`, pipelined behind the script).
+    async fn ask_grant(&self, group: &Group, grant: Call) -> Reply<AcquireAnswer> {
+        let (values, acknowledged) = match group.call(grant).await {
+            Reply::Answer(Answer {
+                value: Value::Array(values),
+                acknowledged,
+            }) => (values, acknowledged),
+            Reply::Answer(Answer { value, .. }) => {
+                return Reply::Failed(format!("unexpected acquire reply {value:?}"));
+            }
+            Reply::Timeout => return Reply::Timeout,
+            Reply::Failed(message) => return Reply::Failed(message),
+            Reply::NotSent(reason) => return Reply::NotSent(reason),
+        };
+        let wanted = self.topology.replica_acks;
+        match (parse_grant(values), acknowledged) {
+            // A grant its replicas have not seen could vanish in a failover: it does not count,
+            // and the rollback removes it.
+            (Ok(AcquireAnswer::Granted), Some(Ok(count))) if count < i64::from(wanted) => {
+                Reply::Failed(format!(
+                    "grant acknowledged by {count} of {wanted} replicas within {} ms",
+                    self.topology.replica_ack_timeout_ms
+                ))
+            }
+            (Ok(AcquireAnswer::Granted), Some(Err(message))) => {
+                Reply::Failed(format!("WAIT for the grant's replicas failed: {message}"))
+            }
+            (Ok(grant), _) => Reply::Answer(grant),
+            (Err(message), _) => Reply::Failed(message),
+        }
+    }
+
+    fn votes(&self, replies: Vec<Option<Reply<AcquireAnswer>>>) -> Vec<GroupVote> {
+        self.groups
+            .iter()
+            .zip(replies)
+            .map(|(group, reply)| GroupVote {
+                group: group.name.clone(),
+                vote: Vote::from_reply(reply, |grant| match grant {
+                    AcquireAnswer::Granted => Vote::Granted,
+                    AcquireAnswer::FenceAhead(fence) => Vote::FenceAhead { fence },
+                    AcquireAnswer::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
+                    AcquireAnswer::Held {
+                        remaining_ms,
+                        record,
+                    } => {
+                        let record = OwnerRecord::parse(&record);
+                        Vote::Held {
+                            owner: record.owner,
+                            purpose: record.purpose,
+                            remaining_ms,
+                        }
+                    }
+                }),
+            })
+            .collect()
+    }
+    /// Runs the release script on every group that may hold our grant, including those that
+    /// timed out: their grant may have landed after we stopped waiting. In a task of its own,
+    /// which carries on if its caller stops waiting; `None` when no group may hold a grant.
+    fn roll_back(
+        self: &Arc<Self>,
+        keys: &ResourceKeys,
+        token: &str,
+        may_hold: Vec<bool>,
+    ) -> Option<JoinHandle<Vec<Option<Reply<Value>>>>> {
+        if !may_hold.contains(&true) {
+            return None;
+        }
+        // Announced apart from the release of the lease this token may still win, and from
+        // other rollbacks of it, which the waiters must not take for repeats of this one.
+        let release = Call {
+            script: LockScript::Release,
+            keys: keys.release().into(),
+            args: vec![
+                token.into(),
+                keys.released.as_str().into(),
+                format!("{token}:rolled-back:{:08x}", rand::random::<u32>()).into(),
+            ]
+            .into(),
+        };
+        Some(self.delete_apart(release, may_hold, 1 + DELETE_RETRIES))
+    }
+}

@@ -1,0 +1,269 @@
+//! The operations on a lease that exists: extend, release and force release, each a
+//! compare-by-token script fanned out to every group.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::types::Value;
+use tokio::task::JoinHandle;
+
+use crate::engine::clock::millis;
+use crate::engine::error::Error;
+use crate::engine::fan_out::{count, fan_out};
+use crate::engine::locks::{DELETE_RETRIES, Engine, Extended, Released, check_ttl};
+use crate::engine::resource::validate_resource;
+use crate::engine::vote::{GroupVote, Vote};
+use crate::group::Group;
+use crate::group::batch::{Call, LockScript};
+use crate::group::reply::{Reply, integer};
+use crate::group::scripts;
+
+impl Engine {
+    /// Runs a delete by token (`call`) on the groups marked in `on`, each tried up to `tries`
+    /// times while it times out or fails, in a task of its own that carries on if its caller
+    /// stops waiting. Deletes by token are idempotent, and one given up on leaves the lock on
+    /// that group until its TTL. Answers each marked group's last reply.
+    pub(crate) fn delete_apart(
+        self: &Arc<Self>,
+        call: Call,
+        on: Vec<bool>,
+        tries: usize,
+    ) -> JoinHandle<Vec<Option<Reply<Value>>>> {
+        let engine = self.clone();
+        self.cleanup.spawn(async move {
+            let deletes = engine.groups.iter().zip(on).map(|(group, marked)| {
+                let call = &call;
+                async move {
+                    if !marked {
+                        return None;
+                    }
+                    let retries = tries.saturating_sub(1);
+                    Some(answered(retries, || lock_call(group, call.clone())).await)
+                }
+            });
+            futures::future::join_all(deletes).await
+        })
+    }
+
+    /// Fans a compare-by-token call out (release, extend, force release) and turns its
+    /// answers (`1`, `0`, or `{status, quarantine_left}`) into votes.
+    async fn by_token<'g, Fut>(
+        &'g self,
+        ask: impl Fn(&'g Group) -> Fut,
+        call: TokenCall,
+        mut on_majority: impl FnMut(),
+    ) -> Vec<GroupVote>
+    where
+        Fut: Future<Output = Reply<Value>>,
+    {
+        let majority = self.majority;
+        let wait_for_all = matches!(call, TokenCall::Delete);
+        let mut majority_seen = false;
+        let replies = fan_out(&self.groups, ask, |replies| {
+            let yes = count(
+                replies,
+                |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+            );
+            let no = count(
+                replies,
+                |r| !matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
+            );
+            if yes >= majority.needed && !majority_seen {
+                majority_seen = true;
+                on_majority();
+            }
+            !wait_for_all && majority.decided(yes, no)
+        })
+        .await;
+        self.groups
+            .iter()
+            .zip(replies)
+            .map(|(group, reply)| GroupVote {
+                group: group.name.clone(),
+                vote: Vote::from_reply(reply, |answer| token_vote(&answer)),
+            })
+            .collect()
+    }
+
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
+        check_ttl(ttl, self.topology.max_ttl())?;
+        check_token(token)?;
+        validate_resource(resource)?;
+        let started = Instant::now();
+        let args: Vec<Value> = vec![
+            token.into(),
+            Value::from(millis(ttl) as i64),
+            Value::from(millis(self.topology.max_ttl()) as i64),
+        ];
+        let renew = Call {
+            script: LockScript::Extend,
+            keys: self.keys(resource).extend().into(),
+            args: args.into(),
+        };
+        let votes = self
+            .by_token(
+                |group| lock_call(group, renew.clone()),
+                TokenCall::Renew,
+                || {},
+            )
+            .await;
+        let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
+        let lifetime = ttl.saturating_sub(self.drift(ttl));
+        if renewed >= self.majority.needed && started.elapsed() < lifetime {
+            return Ok(Extended {
+                valid_until: started + lifetime,
+                votes,
+            });
+        }
+        Err(self.not_held(resource, votes))
+    }
+
+    pub async fn release(self: &Arc<Self>, resource: &str, token: &str) -> Result<Released, Error> {
+        check_token(token)?;
+        validate_resource(resource)?;
+        let keys = self.keys(resource);
+        let release = Call {
+            script: LockScript::Release,
+            keys: keys.release().into(),
+            args: vec![token.into(), keys.released.as_str().into(), token.into()].into(),
+        };
+        // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
+        // the deletes on every group (calls keep their order per group), so it does not wait
+        // for the slowest groups nor for their announcements.
+        let mut votes = self
+            .by_token(
+                |group| lock_call(group, release.clone()),
+                TokenCall::Delete,
+                || self.waiters.released(&keys.released, token),
+            )
+            .await;
+        // The groups that failed are tried again. Once the lock is gone somewhere, the
+        // answer stands and the retries only clean up, so a frozen group costs the caller one
+        // call timeout, not three; no later grant carries this token, so a late delete can
+        // only take what this lease left.
+        let failed: Vec<bool> = votes
+            .iter()
+            .map(|v| matches!(v.vote, Vote::Timeout | Vote::Error { .. }))
+            .collect();
+        if failed.contains(&true) {
+            let retried = self.delete_apart(release, failed, DELETE_RETRIES);
+            let deleted =
+                |votes: &[GroupVote]| votes.iter().filter(|v| v.vote == Vote::Granted).count();
+            if deleted(&votes) == 0
+                && let Ok(replies) = retried.await
+            {
+                for (vote, reply) in votes.iter_mut().zip(replies) {
+                    if reply.is_some() {
+                        vote.vote = Vote::from_reply(reply, |answer| token_vote(&answer));
+                    }
+                }
+                if deleted(&votes) >= self.majority.needed {
+                    self.waiters.released(&keys.released, token);
+                }
+            }
+        }
+        self.released(resource, votes)
+    }
+
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        validate_resource(resource)?;
+        let keys = self.keys(resource);
+        // Each force release is announced under a name of its own (there is no token).
+        let announcement = format!("forced:{}", uuid::Uuid::new_v4().simple());
+        let (lock_keys, args) = (
+            keys.release(),
+            vec![keys.released.as_str().into(), announcement.into()],
+        );
+        let votes = self
+            .by_token(
+                |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
+                // A force release deletes whatever holds the lock: never tried twice, since
+                // a try that timed out may have run, and a new holder may have taken the
+                // lock before the second one lands.
+                TokenCall::Delete,
+                || {},
+            )
+            .await;
+        self.released(resource, votes)
+    }
+
+    /// A release's outcome: what was deleted, or an error when too few groups answered to
+    /// know.
+    fn released(&self, resource: &str, votes: Vec<GroupVote>) -> Result<Released, Error> {
+        let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
+        let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
+        if groups_released == 0 && answered < self.majority.needed {
+            return Err(self.not_held(resource, votes));
+        }
+        Ok(Released {
+            released: groups_released > 0,
+            groups_released,
+            votes,
+        })
+    }
+}
+
+/// `ask`'s first answer, tried up to `retries` more times while it times out or fails.
+async fn answered<T, Fut>(retries: usize, ask: impl Fn() -> Fut) -> Reply<T>
+where
+    Fut: Future<Output = Reply<T>>,
+{
+    let mut reply = ask().await;
+    for _ in 0..retries {
+        if matches!(reply, Reply::Answer(_)) {
+            break;
+        }
+        reply = ask().await;
+    }
+    reply
+}
+
+/// A lock call's answer without the replica count (release and extend never wait for it).
+async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
+    group.call(call).await.map(|answer| answer.value)
+}
+
+/// How a compare-by-token call is fanned out.
+#[derive(Clone, Copy)]
+enum TokenCall {
+    /// Extend: decided as soon as a majority answered one way.
+    Renew,
+    /// Release: every group answers once (the callers decide what is tried again).
+    Delete,
+}
+
+/// The vote behind a release or extend answer.
+fn token_vote(answer: &Value) -> Vote {
+    let (status, detail) = match answer {
+        Value::Array(values) => (integer(values.first()), integer(values.get(1))),
+        other => (integer(Some(other)), None),
+    };
+    match status {
+        Some(1) => Vote::Granted,
+        Some(3) => Vote::Quarantined {
+            remaining_ms: detail.unwrap_or(0),
+        },
+        _ => Vote::NotHeld,
+    }
+}
+
+/// Tokens are what acquire hands out: 32 lowercase hex digits. Anything else cannot match.
+fn check_token(token: &str) -> Result<(), Error> {
+    if token.is_empty()
+        || token.len() > 64
+        || !token
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    {
+        return Err(Error::invalid(
+            "token",
+            "must be the token returned by acquire (32 hex digits)",
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,293 @@
+//! The public face of the engine: [`Locks`] connects to every group, hands out leases and
+//! closes; the engine state it shares with leases and waiters lives here too.
+//!
+//! The work is split by job: `acquire` (rounds, fencing, rollback), `by_token` (extend,
+//! release, force release), `vote` (the majority rule), `fan_out` (one call to every group).
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+use tokio_util::task::TaskTracker;
+
+use crate::config::Topology;
+use crate::engine::error::{Error, majority_holder};
+use crate::engine::lease::{Acquire, Lease};
+use crate::engine::resource::ResourceKeys;
+use crate::engine::vote::{GroupVote, Majority};
+use crate::engine::waiters::Waiters;
+use crate::group::Group;
+use crate::group::security::Transport;
+use crate::group::sentinel::{Failover, SentinelWatch};
+
+/// Shortest TTL accepted: below this the drift allowance leaves no validity.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+/// Longest wait accepted.
+pub const MAX_WAIT: Duration = Duration::from_secs(24 * 3600);
+/// Default TTL of a lease.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(15);
+/// Extra tries of a delete on a group that timed out or failed: deletes are idempotent, and
+/// without them a lock would stay on that group until its TTL.
+pub(crate) const DELETE_RETRIES: usize = 2;
+/// Rounds one attempt may spend raising its fencing proposal above a group's fence.
+pub(crate) const FENCE_ROUNDS: usize = 3;
+
+/// A connection to every group of a topology; cheap to clone, share it.
+#[derive(Clone)]
+pub struct Locks {
+    pub(crate) engine: Arc<Engine>,
+}
+
+pub(crate) struct Engine {
+    pub groups: Vec<Group>,
+    /// Master changes Sentinel announced, as the groups acted on them.
+    failovers: broadcast::Sender<Failover>,
+    sentinels: SentinelWatch,
+    /// Release subscriptions of denied acquires that wait.
+    pub waiters: Waiters,
+    pub topology: Topology,
+    pub majority: Majority,
+    /// Highest fence this process has proposed or seen; proposals always go above it.
+    pub highest_fence: AtomicU64,
+    /// Deletes that outlive their caller (rollbacks, and release retries on a group that
+    /// failed); `close` lets them finish.
+    pub cleanup: TaskTracker,
+}
+
+/// How to acquire: TTL, how long to keep trying, and who is asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// How long the lock lives on each group unless extended or released.
+    pub ttl: Duration,
+    /// How long to keep retrying while the lock is held or the quorum is unavailable.
+    pub wait: Duration,
+    /// Who holds the lock, shown to everyone who inspects or waits for it.
+    pub owner: Option<String>,
+    /// Why, shown alongside the owner.
+    pub purpose: Option<String>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            ttl: DEFAULT_TTL,
+            wait: Duration::ZERO,
+            owner: None,
+            purpose: None,
+        }
+    }
+}
+
+/// What is stored beside the lock for inspection.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct OwnerRecord {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    #[serde(default)]
+    pub acquired_at_ms: u64,
+}
+
+impl OwnerRecord {
+    pub fn parse(raw: &str) -> OwnerRecord {
+        serde_json::from_str(raw).unwrap_or_default()
+    }
+}
+
+/// The result of one extend.
+#[derive(Debug, Clone)]
+pub struct Extended {
+    /// When the renewed lease stops being valid (monotonic clock).
+    pub valid_until: Instant,
+    pub votes: Vec<GroupVote>,
+}
+
+/// The result of one release.
+#[derive(Debug, Clone, Serialize)]
+pub struct Released {
+    /// True when at least one group still held the lock under this token and deleted it.
+    pub released: bool,
+    /// How many groups deleted it by the time the release answered (a group whose try
+    /// failed, once the lock is gone elsewhere, is tried again in the background).
+    pub groups_released: usize,
+    pub votes: Vec<GroupVote>,
+}
+
+/// A successful acquire: the token and fencing token it won, and the vote behind it. It
+/// becomes a [`Lease`].
+pub(crate) struct Acquired {
+    /// The random token that identifies this holder on every group.
+    pub token: String,
+    pub fence: u64,
+    /// Attempts this acquire made (1 when the lock was free at once).
+    pub attempts: u32,
+    pub started: Instant,
+    pub valid_until: Instant,
+    pub votes: Vec<GroupVote>,
+}
+
+impl Locks {
+    /// Connects to every group of the topology. Groups that are down now do not fail the
+    /// call: they reconnect in the background and vote "error" meanwhile.
+    pub async fn connect(topology: Topology) -> Result<Locks, Error> {
+        topology.validate()?;
+        let transport = Transport::from_topology(&topology)?;
+        let mut groups = Vec::with_capacity(topology.groups.len());
+        for (index, config) in topology.groups.iter().enumerate() {
+            groups.push(Group::connect(index, config, &topology, &transport).await?);
+        }
+        futures::future::join_all(groups.iter().map(Group::start)).await;
+        let (failovers, _) = broadcast::channel(64);
+        let sentinels = SentinelWatch::start(&groups, failovers.clone()).await;
+        Ok(Locks {
+            engine: Arc::new(Engine {
+                majority: Majority::of(topology.groups.len()),
+                failovers,
+                sentinels,
+                waiters: Waiters::default(),
+                groups,
+                topology,
+                highest_fence: AtomicU64::new(0),
+                cleanup: TaskTracker::new(),
+            }),
+        })
+    }
+
+    /// Starts building an acquire of `resource`; `.await` it (see [`crate::Acquire`]).
+    pub fn acquire(&self, resource: impl Into<String>) -> Acquire {
+        Acquire::new(self.clone(), resource.into())
+    }
+
+    /// Acquires with explicit options.
+    pub async fn acquire_with(
+        &self,
+        resource: &str,
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let acquired = self.engine.acquire(resource, options).await?;
+        Ok(Lease::new(
+            self.engine.clone(),
+            resource.to_string(),
+            options.ttl,
+            acquired,
+        ))
+    }
+
+    /// Renews the lock held under `token` for `ttl` on a majority of groups.
+    pub async fn extend(
+        &self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
+        self.engine.extend(resource, token, ttl).await
+    }
+
+    /// Deletes the lock on every group where it still carries `token`.
+    pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
+        self.engine.release(resource, token).await
+    }
+
+    /// Deletes the lock on every group whoever holds it; for operators clearing a stuck
+    /// lock. The holder is not told; its fencing token stays below every later holder's.
+    pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
+        self.engine.force_release(resource).await
+    }
+
+    /// The topology this client votes over.
+    pub fn topology(&self) -> &Topology {
+        &self.engine.topology
+    }
+
+    /// Votes needed for a majority.
+    pub fn quorum(&self) -> usize {
+        self.engine.majority.needed
+    }
+
+    /// Master changes that Sentinel announces from now on, each after the group reconnected.
+    pub fn failovers(&self) -> broadcast::Receiver<Failover> {
+        self.engine.failovers.subscribe()
+    }
+
+    /// Lets the lock calls in flight land (a grant that the vote was decided without still
+    /// reaches its group, a release or rollback still retried on a group that failed), then
+    /// closes every group's connection. A process that exits right after acquiring or
+    /// releasing should call it, or its lock may stand on a bare majority, or on a minority
+    /// until its TTL.
+    pub async fn close(&self) {
+        self.engine.cleanup.close();
+        self.engine.cleanup.wait().await;
+        futures::future::join_all(self.engine.groups.iter().map(Group::settle)).await;
+        self.engine.sentinels.stop().await;
+        self.engine.waiters.stop().await;
+        futures::future::join_all(self.engine.groups.iter().map(Group::quit)).await;
+    }
+}
+
+/// TTLs must lie within MIN_TTL..=max_ttl: a longer lease could outlive a fresh master's
+/// quarantine.
+pub(crate) fn check_ttl(ttl: Duration, max_ttl: Duration) -> Result<(), Error> {
+    if ttl < MIN_TTL || ttl > max_ttl {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{} ms is outside {}..={} ms (max_ttl_ms of the topology)",
+                ttl.as_millis(),
+                MIN_TTL.as_millis(),
+                max_ttl.as_millis()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Clock-drift allowance for a TTL: ttl·drift_factor + 2 ms.
+    pub fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.topology.drift_factor) + Duration::from_millis(2)
+    }
+
+    pub fn keys(&self, resource: &str) -> ResourceKeys {
+        ResourceKeys::new(&self.topology.key_prefix, resource)
+    }
+
+    /// Why a vote without a majority failed: the infrastructure when too few groups
+    /// answered, otherwise what the groups that answered said (`refused`: another holder, or
+    /// not our token).
+    pub(crate) fn refusal(
+        &self,
+        resource: &str,
+        votes: Vec<GroupVote>,
+        refused: impl FnOnce(String, Vec<GroupVote>) -> Error,
+    ) -> Error {
+        if self.majority.unavailable(&votes) {
+            return Error::Unavailable {
+                resource: resource.to_string(),
+                needed: self.majority.needed,
+                total: self.majority.groups,
+                votes,
+            };
+        }
+        refused(resource.to_string(), votes)
+    }
+
+    /// Another holder has the lock (or too few groups answered to know).
+    pub(crate) fn denial(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
+        self.refusal(resource, votes, |resource, votes| Error::Held {
+            resource,
+            holder: majority_holder(&votes),
+            votes,
+        })
+    }
+
+    /// The token does not hold the lock (or too few groups answered to know).
+    pub(crate) fn not_held(&self, resource: &str, votes: Vec<GroupVote>) -> Error {
+        self.refusal(resource, votes, |resource, votes| Error::NotHeld {
+            resource,
+            votes,
+        })
+    }
+}
