@@ -54,12 +54,14 @@ pub use config::{
     DEFAULT_RETRY_DELAY_MS, Endpoint, GroupConfig, TlsSettings, Topology,
 };
 pub use engine::error::{Error, Holder};
-pub use engine::health::{Admission, GroupHealth, Health};
-pub use engine::inspect::{GroupView, ListedLock, LockList, LockStatus};
+pub use engine::health::{Admission, GroupHealth, Health, ReplicaView};
+pub use engine::inspect::{
+    GroupLockState, GroupView, ListedLock, LockList, LockStatus, MAX_LIST_LIMIT,
+};
 pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd};
 pub use engine::locks::{
     AcquireOptions, DEFAULT_TTL, Extended, Locks, MAX_WAIT, MIN_TTL, Released,
 };
-pub use engine::resource::MAX_RESOURCE_BYTES;
+pub use engine::resource::{MAX_LABEL_BYTES, MAX_RESOURCE_BYTES, validate_resource};
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;

@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::Acquire;
+use crate::Error;
+use crate::Locks;
+use crate::MAX_LABEL_BYTES;
 use crate::chaos::checker::{Checker, Hold};
-use crate::engine::error::Error;
-use crate::engine::lease::Acquire;
-use crate::engine::locks::Locks;
-use crate::engine::resource::MAX_LABEL_BYTES;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::engine::lease::Lease;
+use crate::Lease;
 
 /// One completed hold of a resource, as its holder saw it.
 #[derive(Debug, Clone)]

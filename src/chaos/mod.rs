@@ -17,9 +17,9 @@ use serde::Serialize;
 pub use faults::{Fault, Injected};
 pub use store::FencedStore;
 
+use crate::Error;
+use crate::Locks;
 use crate::chaos::checker::{Checker, Hold};
-use crate::engine::error::Error;
-use crate::engine::locks::Locks;
 use crate::lab::{Lab, LabError};
 
 /// Resource names of a chaos run start with this.

@@ -6,8 +6,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{Cli, exit};
+use crate::Locks;
 use crate::bench::{BenchOptions, run as run_bench};
-use crate::engine::locks::Locks;
 use crate::lab::{Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]

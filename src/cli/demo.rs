@@ -9,11 +9,11 @@ use clap::Args;
 use rand::Rng;
 
 use super::exit;
+use crate::Error;
+use crate::Failover;
+use crate::Locks;
+use crate::Vote;
 use crate::chaos::checker::{Checker, Hold};
-use crate::engine::error::Error;
-use crate::engine::locks::Locks;
-use crate::engine::vote::Vote;
-use crate::group::sentinel::Failover;
 use crate::lab::{Lab, LabSpec};
 use tokio::sync::broadcast;
 

@@ -3,8 +3,8 @@
 
 use super::exit;
 use super::output::{self, or_dash};
-use crate::engine::health::{Admission, Health};
-use crate::engine::locks::Locks;
+use crate::Locks;
+use crate::{Admission, Health};
 
 fn admission(admission: &Admission) -> String {
     match admission {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use clap::Subcommand;
 
 use super::output;
-use crate::engine::error::Error;
+use crate::Error;
 use crate::lab::{Lab, LabSpec, NodeStatus};
 
 /// `quorumlock lab ...`; group numbers on the command line count from 1 (`g1`).

@@ -9,10 +9,10 @@ use serde_json::json;
 
 use super::exit;
 use super::output::{self, duration_ms, or_dash};
-use crate::engine::error::Error;
-use crate::engine::inspect::LockStatus;
-use crate::engine::lease::{Detached, LeaseEnd};
-use crate::engine::locks::{Locks, Released};
+use crate::Error;
+use crate::{Detached, LeaseEnd};
+use crate::{GroupLockState, LockStatus};
+use crate::{Locks, Released};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -117,7 +117,11 @@ fn who_am_i() -> String {
 }
 
 fn status_table(status: &LockStatus, quorum: usize) -> String {
-    let agreeing = status.groups.iter().filter(|g| g.state == "held").count();
+    let agreeing = status
+        .groups
+        .iter()
+        .filter(|g| g.state == GroupLockState::Held)
+        .count();
     let verdict = match &status.holder {
         Some(holder) if status.held => format!(
             "HELD by {}{}, {} left, fencing token {} ({agreeing} of {} groups hold it; quorum {quorum})",
@@ -136,7 +140,7 @@ fn status_table(status: &LockStatus, quorum: usize) -> String {
     let rows = status.groups.iter().map(|g| {
         [
             g.group.clone(),
-            g.state.clone(),
+            g.state.to_string(),
             or_dash(g.owner.as_ref()),
             or_dash(g.purpose.as_ref()),
             or_dash(g.remaining_ms.map(duration_ms)),
@@ -163,7 +167,7 @@ pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Res
     Ok(exit::OK)
 }
 
-fn list_table(list: &crate::engine::inspect::LockList) -> String {
+fn list_table(list: &crate::LockList) -> String {
     if list.locks.is_empty() {
         return "no locks held\n".to_string();
     }

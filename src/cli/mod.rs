@@ -15,8 +15,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use crate::Error;
 use crate::config::Topology;
-use crate::engine::error::Error;
 use crate::lab::Lab;
 
 /// Exit codes, documented in `--help` and the README.
@@ -219,7 +219,7 @@ impl Cli {
     /// exits, a grant the vote was decided without still lands on its group.
     async fn with_locks(
         &self,
-        command: impl AsyncFnOnce(&crate::engine::locks::Locks) -> anyhow::Result<u8>,
+        command: impl AsyncFnOnce(&crate::Locks) -> anyhow::Result<u8>,
     ) -> anyhow::Result<u8> {
         let locks = self.connect().await?;
         let outcome = command(&locks).await;
@@ -228,9 +228,9 @@ impl Cli {
     }
 
     /// Connects to the configured topology.
-    async fn connect(&self) -> anyhow::Result<crate::engine::locks::Locks> {
+    async fn connect(&self) -> anyhow::Result<crate::Locks> {
         let topology = self.topology()?.ok_or(NoTopology)?;
-        Ok(crate::engine::locks::Locks::connect(topology).await?)
+        Ok(crate::Locks::connect(topology).await?)
     }
 
     /// The topology for commands that talk to groups: --config, --lab, ./quorumlock.toml,

@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::Args;
 
 use super::exit;
+use crate::Locks;
 #[cfg(feature = "mcp-bench")]
 use crate::bench::mcp::{self as bench, BenchOptions};
 use crate::config::Topology;
-use crate::engine::locks::Locks;
 use crate::mcp::{
     BearerToken, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
     serve_stdio,

@@ -7,7 +7,6 @@
 //! script on every group that may hold our grant, then retried after a jittered delay.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use fred::types::Value;
@@ -19,7 +18,7 @@ use crate::engine::error::Error;
 use crate::engine::fan_out::{count, fan_out};
 use crate::engine::locks::{
     AcquireOptions, Acquired, DELETE_RETRIES, Engine, FENCE_ROUNDS, MAX_WAIT, OwnerRecord,
-    check_ttl,
+    check_ttl, lifetime,
 };
 use crate::engine::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::engine::vote::{GroupVote, Vote};
@@ -54,22 +53,6 @@ fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
 }
 
 impl Engine {
-    /// A fence above the clock and above everything this process has seen.
-    fn propose_fence(&self) -> u64 {
-        let now = unix_micros();
-        let previous = self
-            .highest_fence
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
-                Some(last.max(now - 1) + 1)
-            })
-            .unwrap_or_else(|last| last);
-        previous.max(now - 1) + 1
-    }
-
-    fn observe_fence(&self, fence: u64) {
-        self.highest_fence.fetch_max(fence, Ordering::AcqRel);
-    }
-
     fn retry_delay(&self) -> Duration {
         let base = self.topology.retry_delay();
         base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
@@ -241,7 +224,7 @@ impl Engine {
                     .collect();
                 return Err((self.denial(resource, votes), may_hold));
             }
-            let fence = self.propose_fence();
+            let fence = self.fences.propose(unix_micros());
             let grant = Call {
                 script: LockScript::Acquire,
                 keys: script_keys.clone(),
@@ -296,7 +279,7 @@ impl Engine {
             let votes = self.votes(replies);
             if granted >= quorum {
                 let elapsed = started.elapsed();
-                let lifetime = ttl.saturating_sub(self.drift(ttl));
+                let lifetime = lifetime(ttl, self.topology.drift_factor);
                 if elapsed < lifetime {
                     return Ok(Acquired {
                         token: token.to_string(),
@@ -315,7 +298,7 @@ impl Engine {
                 return Err((error, may_hold));
             }
             if let Some(highest) = ahead.iter().max() {
-                self.observe_fence(*highest);
+                self.fences.observe(*highest);
                 if granted + ahead.len() >= quorum && round + 1 < FENCE_ROUNDS {
                     continue;
                 }
@@ -409,5 +392,41 @@ impl Engine {
             .into(),
         };
         Some(self.delete_apart(release, may_hold, 1 + DELETE_RETRIES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(values: &[Value]) -> Result<AcquireAnswer, String> {
+        parse_grant(values.to_vec())
+    }
+
+    #[test]
+    fn each_acquire_reply_is_read_as_its_outcome() {
+        assert!(matches!(
+            reply(&[Value::Integer(1)]),
+            Ok(AcquireAnswer::Granted)
+        ));
+        assert!(matches!(
+            reply(&[Value::Integer(0), Value::Integer(900), Value::from("{\"owner\":\"a\"}")]),
+            Ok(AcquireAnswer::Held { remaining_ms: 900, record }) if record == "{\"owner\":\"a\"}"
+        ));
+        assert!(matches!(
+            reply(&[Value::Integer(2), Value::from("1700000000000001")]),
+            Ok(AcquireAnswer::FenceAhead(1_700_000_000_000_001))
+        ));
+        assert!(matches!(
+            reply(&[Value::Integer(3), Value::Integer(59_000)]),
+            Ok(AcquireAnswer::Quarantined(59_000))
+        ));
+    }
+
+    #[test]
+    fn an_unknown_acquire_reply_is_an_error_not_a_grant() {
+        assert!(reply(&[]).is_err());
+        assert!(reply(&[Value::Integer(9)]).is_err());
+        assert!(reply(&[Value::from("OK")]).is_err());
     }
 }

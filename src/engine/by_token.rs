@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use crate::engine::clock::millis;
 use crate::engine::error::Error;
 use crate::engine::fan_out::{count, fan_out};
-use crate::engine::locks::{DELETE_RETRIES, Engine, Extended, Released, check_ttl};
+use crate::engine::locks::{DELETE_RETRIES, Engine, Extended, Released, check_ttl, lifetime};
 use crate::engine::resource::validate_resource;
 use crate::engine::vote::{GroupVote, Vote};
 use crate::group::Group;
@@ -113,7 +113,7 @@ impl Engine {
             )
             .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
-        let lifetime = ttl.saturating_sub(self.drift(ttl));
+        let lifetime = lifetime(ttl, self.topology.drift_factor);
         if renewed >= self.majority.needed && started.elapsed() < lifetime {
             return Ok(Extended {
                 valid_until: started + lifetime,
@@ -266,4 +266,40 @@ fn check_token(token: &str) -> Result<(), Error> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_is_a_yes_and_anything_else_is_not_ours() {
+        assert_eq!(token_vote(&Value::Integer(1)), Vote::Granted);
+        assert_eq!(
+            token_vote(&Value::Array(vec![Value::Integer(1)])),
+            Vote::Granted
+        );
+        assert_eq!(token_vote(&Value::Integer(0)), Vote::NotHeld);
+        assert_eq!(token_vote(&Value::Null), Vote::NotHeld);
+    }
+
+    #[test]
+    fn a_quarantined_master_says_how_long_it_sits_out() {
+        let answer = Value::Array(vec![Value::Integer(3), Value::Integer(1500)]);
+        assert_eq!(
+            token_vote(&answer),
+            Vote::Quarantined { remaining_ms: 1500 }
+        );
+    }
+
+    #[test]
+    fn tokens_from_acquire_pass_and_others_are_refused_naming_the_field() {
+        assert!(check_token("0123456789abcdef0123456789abcdef").is_ok());
+        for bad in ["", "has space", "semi;colon", "new\nline", &"a".repeat(65)] {
+            match check_token(bad) {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "token"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+    }
 }

@@ -142,3 +142,43 @@ pub(crate) fn majority_holder(votes: &[GroupVote]) -> Option<Holder> {
     }
     best.map(|(_, holder)| holder)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(owner: &str, remaining_ms: u64) -> GroupVote {
+        GroupVote {
+            group: "g".into(),
+            vote: Vote::Held {
+                owner: Some(owner.into()),
+                purpose: None,
+                remaining_ms,
+            },
+        }
+    }
+
+    #[test]
+    fn the_holder_named_by_most_groups_is_reported() {
+        let votes = vec![
+            held("a", 100),
+            held("b", 200),
+            held("b", 300),
+            GroupVote {
+                group: "g".into(),
+                vote: Vote::Timeout,
+            },
+        ];
+        let holder = majority_holder(&votes).map(|h| h.owner);
+        assert_eq!(holder, Some(Some("b".into())));
+    }
+
+    #[test]
+    fn no_held_vote_names_no_holder() {
+        let votes = vec![GroupVote {
+            group: "g".into(),
+            vote: Vote::Granted,
+        }];
+        assert_eq!(majority_holder(&votes), None);
+    }
+}

@@ -19,8 +19,7 @@ use crate::group::scripts;
 #[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
 pub struct GroupView {
     pub group: String,
-    /// `held`, `free`, `timeout` or `error`.
-    pub state: String,
+    pub state: GroupLockState,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -32,6 +31,39 @@ pub struct GroupView {
     pub fence: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// What one group says of a lock.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum GroupLockState {
+    /// The group holds the lock for some token.
+    Held,
+    /// The group holds no lock for the resource.
+    Free,
+    /// No answer within the per-call timeout.
+    Timeout,
+    /// The call failed; `error` says why.
+    Error,
+}
+
+impl GroupLockState {
+    /// The name used in JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupLockState::Held => "held",
+            GroupLockState::Free => "free",
+            GroupLockState::Timeout => "timeout",
+            GroupLockState::Error => "error",
+        }
+    }
+}
+
+impl std::fmt::Display for GroupLockState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A lock as the quorum sees it. Advisory: it may change right after it is read.
@@ -159,11 +191,10 @@ impl Locks {
                 (_, Some(view)) => GroupView {
                     group: group.name.clone(),
                     state: if view.token.is_empty() {
-                        "free"
+                        GroupLockState::Free
                     } else {
-                        "held"
-                    }
-                    .to_string(),
+                        GroupLockState::Held
+                    },
                     remaining_ms: (!view.token.is_empty()).then_some(view.remaining_ms),
                     owner: view.record.owner.clone(),
                     purpose: view.record.purpose.clone(),
@@ -173,11 +204,10 @@ impl Locks {
                 (reply, None) => GroupView {
                     group: group.name.clone(),
                     state: if matches!(reply, Some(Reply::Timeout)) {
-                        "timeout"
+                        GroupLockState::Timeout
                     } else {
-                        "error"
-                    }
-                    .to_string(),
+                        GroupLockState::Error
+                    },
                     remaining_ms: None,
                     owner: None,
                     purpose: None,

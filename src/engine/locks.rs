@@ -5,7 +5,6 @@
 //! release, force release), `vote` (the majority rule), `fan_out` (one call to every group).
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::Topology;
 use crate::engine::error::{Error, majority_holder};
+use crate::engine::fence::Fences;
 use crate::engine::lease::{Acquire, Lease};
 use crate::engine::resource::ResourceKeys;
 use crate::engine::vote::{GroupVote, Majority};
@@ -50,7 +50,7 @@ pub(crate) struct Engine {
     pub topology: Topology,
     pub majority: Majority,
     /// Highest fence this process has proposed or seen; proposals always go above it.
-    pub highest_fence: AtomicU64,
+    pub fences: Fences,
     /// Deletes that outlive their caller (rollbacks, and release retries on a group that
     /// failed); `close` lets them finish.
     pub cleanup: TaskTracker,
@@ -150,7 +150,7 @@ impl Locks {
                 waiters: Waiters::default(),
                 groups,
                 topology,
-                highest_fence: AtomicU64::new(0),
+                fences: Fences::default(),
                 cleanup: TaskTracker::new(),
             }),
         })
@@ -244,12 +244,14 @@ pub(crate) fn check_ttl(ttl: Duration, max_ttl: Duration) -> Result<(), Error> {
     Ok(())
 }
 
-impl Engine {
-    /// Clock-drift allowance for a TTL: ttl·drift_factor + 2 ms.
-    pub fn drift(&self, ttl: Duration) -> Duration {
-        ttl.mul_f64(self.topology.drift_factor) + Duration::from_millis(2)
-    }
+/// How long a lease stays valid, counted from the start of the attempt that won it: its TTL
+/// less the clock-drift allowance, `ttl × drift_factor + 2 ms`. Zero when nothing is left.
+pub(crate) fn lifetime(ttl: Duration, drift_factor: f64) -> Duration {
+    let drift = ttl.mul_f64(drift_factor) + Duration::from_millis(2);
+    ttl.saturating_sub(drift)
+}
 
+impl Engine {
     pub fn keys(&self, resource: &str) -> ResourceKeys {
         ResourceKeys::new(&self.topology.key_prefix, resource)
     }
@@ -289,5 +291,40 @@ impl Engine {
             resource,
             votes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_the_ttl_less_the_drift_allowance() {
+        let ttl = Duration::from_millis(10_000);
+        // 10 000 − (10 000 × 0.01 + 2) = 9 898 ms.
+        assert_eq!(lifetime(ttl, 0.01), Duration::from_millis(9_898));
+        assert_eq!(lifetime(ttl, 0.0), Duration::from_millis(9_998));
+    }
+
+    #[test]
+    fn validity_never_goes_below_zero() {
+        assert_eq!(lifetime(Duration::from_millis(1), 0.01), Duration::ZERO);
+        assert_eq!(lifetime(Duration::from_millis(100), 1.0), Duration::ZERO);
+    }
+
+    #[test]
+    fn ttls_outside_the_bounds_are_refused_naming_the_field() {
+        let max = Duration::from_secs(60);
+        assert!(check_ttl(MIN_TTL, max).is_ok());
+        assert!(check_ttl(max, max).is_ok());
+        for bad in [
+            MIN_TTL - Duration::from_millis(1),
+            max + Duration::from_millis(1),
+        ] {
+            match check_ttl(bad, max) {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "ttl"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
     }
 }

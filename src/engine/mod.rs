@@ -9,6 +9,7 @@ pub(crate) mod by_token;
 pub(crate) mod clock;
 pub(crate) mod error;
 pub(crate) mod fan_out;
+pub(crate) mod fence;
 pub(crate) mod health;
 pub(crate) mod inspect;
 pub(crate) mod lease;

@@ -118,3 +118,123 @@ impl Majority {
         self.groups.saturating_sub(failed) < self.needed
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn votes(list: &[Vote]) -> Vec<GroupVote> {
+        list.iter()
+            .enumerate()
+            .map(|(index, vote)| GroupVote {
+                group: format!("g{}", index + 1),
+                vote: vote.clone(),
+            })
+            .collect()
+    }
+
+    fn held() -> Vote {
+        Vote::Held {
+            owner: Some("other".into()),
+            purpose: None,
+            remaining_ms: 500,
+        }
+    }
+
+    #[test]
+    fn a_majority_is_more_than_half_of_the_groups() {
+        assert_eq!(Majority::of(1).needed, 1);
+        assert_eq!(Majority::of(3).needed, 2);
+        assert_eq!(Majority::of(4).needed, 3);
+        assert_eq!(Majority::of(5).needed, 3);
+        assert_eq!(Majority::of(7).needed, 4);
+    }
+
+    #[test]
+    fn the_vote_is_decided_as_soon_as_a_majority_said_yes() {
+        let five = Majority::of(5);
+        assert!(!five.decided(2, 0));
+        assert!(five.decided(3, 0));
+        assert!(five.decided(3, 2));
+    }
+
+    #[test]
+    fn the_vote_is_decided_as_soon_as_a_majority_became_impossible() {
+        let five = Majority::of(5);
+        assert!(!five.decided(0, 2));
+        assert!(!five.decided(2, 2));
+        assert!(five.decided(0, 3));
+        assert!(five.decided(2, 3));
+    }
+
+    #[test]
+    fn refusals_from_a_majority_of_groups_say_held_not_unavailable() {
+        let five = Majority::of(5);
+        let list = votes(&[held(), held(), held(), Vote::Timeout, Vote::Timeout]);
+        assert!(!five.unavailable(&list));
+    }
+
+    #[test]
+    fn too_few_answers_say_unavailable_whatever_the_others_said() {
+        let five = Majority::of(5);
+        let list = votes(&[
+            held(),
+            held(),
+            Vote::Timeout,
+            Vote::Error {
+                message: "refused".into(),
+            },
+            Vote::Quarantined { remaining_ms: 10 },
+        ]);
+        assert!(five.unavailable(&list));
+    }
+
+    #[test]
+    fn votes_not_awaited_count_as_answers() {
+        let five = Majority::of(5);
+        let list = votes(&[
+            Vote::Granted,
+            Vote::Granted,
+            Vote::NotAwaited,
+            Vote::Timeout,
+            Vote::Timeout,
+        ]);
+        assert!(!five.unavailable(&list));
+    }
+
+    #[test]
+    fn a_reply_becomes_the_vote_it_stands_for() {
+        assert_eq!(
+            Vote::from_reply::<u8>(None, |_| Vote::Granted),
+            Vote::NotAwaited
+        );
+        assert_eq!(
+            Vote::from_reply::<u8>(Some(Reply::Timeout), |_| Vote::Granted),
+            Vote::Timeout
+        );
+        assert_eq!(
+            Vote::from_reply::<u8>(Some(Reply::NotSent("queue full")), |_| Vote::Granted),
+            Vote::Error {
+                message: "not sent: queue full".into()
+            }
+        );
+        assert_eq!(
+            Vote::from_reply(Some(Reply::Answer(1)), |n| if n == 1 {
+                Vote::Granted
+            } else {
+                Vote::NotHeld
+            }),
+            Vote::Granted
+        );
+    }
+
+    #[test]
+    fn votes_serialise_to_the_names_of_the_contract() {
+        let json = serde_json::to_value(votes(&[Vote::Granted, held(), Vote::NotAwaited]))
+            .unwrap_or_default();
+        assert_eq!(json[0]["vote"], "granted");
+        assert_eq!(json[1]["vote"], "held");
+        assert_eq!(json[1]["remaining_ms"], 500);
+        assert_eq!(json[2]["vote"], "not_awaited");
+    }
+}

@@ -45,3 +45,42 @@ pub(crate) fn integer(value: Option<&Value>) -> Option<u64> {
 pub(crate) fn text(value: Option<&Value>) -> String {
     value.and_then(Value::as_string).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_are_read_from_integers_and_from_text() {
+        assert_eq!(integer(Some(&Value::Integer(7))), Some(7));
+        assert_eq!(integer(Some(&Value::from("42"))), Some(42));
+        assert_eq!(integer(Some(&Value::Bytes("9".into()))), Some(9));
+    }
+
+    #[test]
+    fn negative_missing_or_non_numeric_values_are_no_integer() {
+        assert_eq!(integer(Some(&Value::Integer(-2))), None);
+        assert_eq!(integer(None), None);
+        assert_eq!(integer(Some(&Value::from("x1"))), None);
+        assert_eq!(integer(Some(&Value::Null)), None);
+    }
+
+    #[test]
+    fn text_is_empty_when_absent() {
+        assert_eq!(text(Some(&Value::from("abc"))), "abc");
+        assert_eq!(text(None), "");
+    }
+
+    #[test]
+    fn a_mapped_reply_keeps_its_kind() {
+        assert!(matches!(Reply::Answer(2).map(|n| n * 2), Reply::Answer(4)));
+        assert!(matches!(
+            Reply::<u8>::Timeout.map(|n| n * 2),
+            Reply::Timeout
+        ));
+        assert!(matches!(
+            Reply::<u8>::NotSent("full").map(|n| n * 2),
+            Reply::NotSent("full")
+        ));
+    }
+}

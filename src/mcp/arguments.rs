@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 
 use super::reply::ToolError;
 use super::{Limits, MAX_WAIT};
-use crate::engine::inspect::MAX_LIST_LIMIT;
-use crate::engine::resource::validate_resource;
+use crate::MAX_LIST_LIMIT;
+use crate::validate_resource;
 
 /// Longest token accepted before the engine sees it (tokens are 32 hex digits).
 const MAX_TOKEN_BYTES: usize = 64;

@@ -8,7 +8,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::vote::{GroupVote, Vote};
+use crate::{GroupVote, Vote};
 
 /// Default `ttl_ms` of `acquire_lock`.
 pub const DEFAULT_TTL_MS: i64 = 15_000;
@@ -181,7 +181,7 @@ pub struct GroupVoteView {
 }
 
 /// Who holds a lock: the engine's own type, so the contract cannot drift from it.
-pub use crate::engine::error::Holder as HolderView;
+pub use crate::Holder as HolderView;
 
 /// Result of `release_lock`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -230,7 +230,30 @@ pub struct LockStatusResult {
 }
 
 /// One group's view of one lock: the engine's own type.
-pub use crate::engine::inspect::GroupView as GroupStateView;
+pub use crate::GroupView as GroupStateView;
+
+/// Where a keepalive lease of this server stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum KeepaliveState {
+    /// This server keeps renewing the lease.
+    Renewing,
+    /// A renewal failed: the lock may belong to someone else now.
+    Lost,
+    /// The server released the lease after its max hold time.
+    MaxHoldReached,
+}
+
+impl KeepaliveState {
+    /// The name used in JSON, logs and notifications.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeepaliveState::Renewing => "renewing",
+            KeepaliveState::Lost => "lost",
+            KeepaliveState::MaxHoldReached => "max_hold_reached",
+        }
+    }
+}
 
 /// A keepalive lease held by this server process.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -238,7 +261,7 @@ pub struct KeepaliveView {
     /// `renewing`: this server keeps the lease alive. `lost`: a renewal failed, the lock may
     /// belong to someone else now: stop writing and acquire again. `max_hold_reached`: the
     /// server released it after its max hold time.
-    pub state: String,
+    pub state: KeepaliveState,
     pub fencing_token: u64,
     /// Why the lease ended.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -258,7 +281,7 @@ pub struct ListLocksResult {
 }
 
 /// One held lock: the engine's own type.
-pub use crate::engine::inspect::ListedLock as ListedLockView;
+pub use crate::ListedLock as ListedLockView;
 
 /// Result of `cluster_health`.
 #[derive(Debug, Serialize, JsonSchema)]
@@ -289,7 +312,7 @@ pub struct GroupHealthView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
     /// The master's replicas and how far behind each is.
-    pub replicas: Vec<crate::engine::health::ReplicaView>,
+    pub replicas: Vec<crate::ReplicaView>,
     /// Whether every Sentinel that answered names the master this server uses (with no master
     /// connected, the same master as each other); absent when no Sentinel named one.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -20,7 +20,7 @@ use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 use super::Limits;
 use super::metrics::Metrics;
 use super::sessions::{SessionKey, SessionRegistry, level_rank};
-use crate::engine::locks::Locks;
+use crate::Locks;
 
 /// The header that carries the HTTP session id.
 const SESSION_HEADER: &str = "mcp-session-id";

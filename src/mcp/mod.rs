@@ -42,7 +42,7 @@ pub use http::{HttpOptions, serve_http};
 pub use metrics::Metrics;
 pub use stdio::{StdioEnd, serve_stdio};
 
-use crate::engine::locks::{Locks, MIN_TTL};
+use crate::{Locks, MIN_TTL};
 
 /// The line `serve --http` prints on stderr once it listens, followed by the endpoint URL.
 pub const LISTENING_PREFIX: &str = "quorumlock mcp listening on ";

@@ -8,7 +8,7 @@
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde::Serialize;
 
-use crate::engine::error::Error;
+use crate::Error;
 
 /// What a tool hands back when it worked (including "held by someone else", which is a
 /// normal answer, not a failure).

@@ -17,11 +17,11 @@ use std::time::{Duration, SystemTime};
 use rmcp::{Peer, RoleServer};
 use tokio::sync::{oneshot, watch};
 
-use super::contract::{KeepaliveView, rfc3339};
+use super::contract::{KeepaliveState, KeepaliveView, rfc3339};
 use super::metrics::Metrics;
-use crate::engine::error::Error;
-use crate::engine::lease::{KeptLease, LeaseEnd};
-use crate::engine::locks::Released;
+use crate::Error;
+use crate::Released;
+use crate::{KeptLease, LeaseEnd};
 
 /// How many ended leases are remembered for `lock_status`; the oldest are forgotten first.
 const MAX_ENDED_RECORDS: usize = 4096;
@@ -263,7 +263,7 @@ impl SessionRegistry {
             .find(|lease| lease.resource == resource)
         {
             return Some(KeepaliveView {
-                state: "renewing".to_string(),
+                state: KeepaliveState::Renewing,
                 fencing_token: lease.fencing_token,
                 reason: None,
                 ended_at: None,
@@ -310,12 +310,12 @@ impl SessionRegistry {
         let (state_name, reason) = match &end {
             LeaseEnd::Lost(reason) => {
                 self.metrics.keepalive_lost();
-                ("lost", reason.clone())
+                (KeepaliveState::Lost, reason.clone())
             }
             LeaseEnd::MaxHold => {
                 self.metrics.keepalive_max_hold();
                 (
-                    "max_hold_reached",
+                    KeepaliveState::MaxHoldReached,
                     "the server's max_hold_ms was reached; the lock was released".to_string(),
                 )
             }
@@ -328,7 +328,7 @@ impl SessionRegistry {
         };
         let ended = SystemTime::now();
         let view = KeepaliveView {
-            state: state_name.to_string(),
+            state: state_name,
             fencing_token: lease.fencing_token(),
             reason: Some(reason.clone()),
             ended_at: Some(rfc3339(ended)),
@@ -353,7 +353,7 @@ impl SessionRegistry {
                 .get(&session)
                 .is_some_and(|entry| entry.min_level <= LEVEL_WARNING)
         };
-        tracing::warn!(resource = lease.resource(), state = state_name, %reason, "keepalive lease ended");
+        tracing::warn!(resource = lease.resource(), state = state_name.as_str(), %reason, "keepalive lease ended");
         if wants_warning {
             notify_lease_end(&peer, lease, state_name, &reason).await;
         }
@@ -380,11 +380,16 @@ fn not_released() -> Released {
 // Logging notifications are deprecated by SEP-2577, but they are the only way MCP has to tell
 // a session about an event it did not ask for, and clients still show them.
 #[allow(deprecated)]
-async fn notify_lease_end(peer: &Peer<RoleServer>, lease: &KeptLease, state: &str, reason: &str) {
+async fn notify_lease_end(
+    peer: &Peer<RoleServer>,
+    lease: &KeptLease,
+    state: KeepaliveState,
+    reason: &str,
+) {
     use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
     let data = serde_json::json!({
         "event": "keepalive_lease_ended",
-        "state": state,
+        "state": state.as_str(),
         "resource": lease.resource(),
         "fencing_token": lease.fencing_token(),
         "reason": reason,

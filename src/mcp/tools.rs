@@ -11,7 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 
-use crate::engine::health::Admission;
+use crate::{Admission, GroupLockState};
 
 use super::arguments::{self, decode};
 use super::contract::{
@@ -21,8 +21,8 @@ use super::contract::{
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
-use crate::engine::error::Error;
-use crate::engine::locks::AcquireOptions;
+use crate::AcquireOptions;
+use crate::Error;
 
 const ACQUIRE_LOCK: &str = "Take a distributed lock on a shared resource before you change it, so that no other agent or process changes it at the same time. \
 The lock is granted only when a majority of independent Redis groups agree, and it frees itself after ttl_ms unless you extend or release it. \
@@ -339,7 +339,7 @@ impl LockServer {
         for group in status
             .groups
             .iter()
-            .filter(|g| g.state == "error" || g.state == "timeout")
+            .filter(|g| matches!(g.state, GroupLockState::Error | GroupLockState::Timeout))
         {
             shared.metrics.group_error(&group.group);
         }
@@ -357,7 +357,7 @@ impl LockServer {
         if let Some(keepalive) = &keepalive {
             summary.push_str(&format!(
                 "; this server's keepalive lease: {}",
-                keepalive.state
+                keepalive.state.as_str()
             ));
             if let Some(reason) = &keepalive.reason {
                 summary.push_str(&format!(" ({reason})"));
@@ -489,7 +489,7 @@ fn describe_holder(owner: Option<&str>, purpose: Option<&str>) -> String {
 /// "Held by someone else": a normal result telling the agent whom to wait for, and how long.
 fn held_reply(
     resource: String,
-    holder: Option<crate::engine::error::Holder>,
+    holder: Option<crate::Holder>,
     retry_delay_ms: u64,
 ) -> Result<Reply, ToolError> {
     let remaining_ms = holder.as_ref().map_or(0, |h| h.remaining_ms);
