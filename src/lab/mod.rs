@@ -23,6 +23,7 @@ mod confs;
 pub mod install;
 mod probe;
 mod process;
+pub mod relay;
 mod resp;
 mod state;
 
