@@ -60,6 +60,13 @@ impl GroupLockState {
     }
 }
 
+/// Compares with the JSON name, as scripts and tests read it.
+impl PartialEq<&str> for GroupLockState {
+    fn eq(&self, name: &&str) -> bool {
+        self.as_str() == *name
+    }
+}
+
 impl std::fmt::Display for GroupLockState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
