@@ -1,0 +1,96 @@
+//! The comparison run: per lab shape, every library through every workload, round by round,
+//! each library going first, second and last in turn, and the figures gathered for the table.
+
+use std::time::Instant;
+
+use crate::BoxError;
+use crate::lab::{ConnectedLab, LabPids, warm_up};
+use crate::libraries::Library;
+use crate::options::{Options, Shape};
+use crate::report::{self, Figures, Results};
+use crate::workloads;
+
+/// Runs every round on a fresh lab of `shape` and returns its table.
+pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> {
+    eprintln!("\n== {} ==", shape.describe());
+    let started = Instant::now();
+    let lab = ConnectedLab::start(shape).await?;
+    eprintln!(
+        "lab up in {:.1} s; warming up",
+        started.elapsed().as_secs_f64()
+    );
+    let run = format!("peers:{}:{}", shape.tag(), std::process::id());
+    warm_up(&lab.quorum, &format!("{run}:q")).await;
+    warm_up(&lab.rs, &format!("{run}:r")).await;
+    warm_up(&lab.floor, &format!("{run}:f")).await;
+    let results = rounds(&lab, options, &run).await;
+    // The lab is stopped whether or not the rounds went through.
+    lab.stop().await;
+    let results = results?;
+    eprintln!(
+        "{} done in {:.0} s",
+        shape.tag(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(report::table(shape, options.rounds, &results))
+}
+
+async fn rounds(lab: &ConnectedLab, options: &Options, run: &str) -> Result<Results, BoxError> {
+    let mut results = Results::new();
+    for r in 0..options.rounds {
+        eprintln!("round {}/{}", r + 1, options.rounds);
+        // Each library goes first, second and last in turn, so none always runs on a warmer
+        // or colder machine.
+        let mut order = [&lab.quorum, &lab.rs, &lab.floor];
+        order.rotate_left(r % 3);
+        for library in order {
+            let prefix = format!("{run}:{}:{r}", library.kind().name());
+            let figures = round(library, options, &prefix, &lab.pids).await?;
+            results.entry(library.kind()).or_default().push(figures);
+        }
+    }
+    Ok(results)
+}
+
+/// One library's round: the three workloads, one after the other.
+async fn round(
+    library: &Library,
+    options: &Options,
+    prefix: &str,
+    pids: &LabPids,
+) -> Result<Figures, BoxError> {
+    let name = library.kind().name();
+    eprint!("  {name}: sequential");
+    let seq =
+        workloads::sequential(library, &format!("{prefix}:seq"), options.samples, pids).await?;
+    eprint!(", c1");
+    let c1 = workloads::cycles(library, &format!("{prefix}:c1"), 1, options.c1, pids).await;
+    eprint!(", c64");
+    let c64 = workloads::cycles(library, &format!("{prefix}:c64"), 64, options.c64, pids).await;
+    eprint!(", contention");
+    let c = workloads::contend(library, &format!("{prefix}:contended"), options.contend).await;
+    eprintln!(
+        " — p50 {:.0} µs, c64 {:.0}/s, contended {:.1}/s ({} holds, {} overlaps)",
+        seq.p50_us, c64.per_sec, c.per_sec, c.acquisitions, c.overlaps
+    );
+    let cpu = c64.cpu;
+    Ok(Figures::from([
+        ("acq_p50", seq.p50_us),
+        ("acq_p99", seq.p99_us),
+        ("seq_cpu_client", seq.cpu.client_us),
+        ("seq_cpu_masters", seq.cpu.masters_us),
+        ("c1", c1.per_sec),
+        ("c64", c64.per_sec),
+        ("cont", c.per_sec),
+        ("cont_wait", c.max_wait_ms),
+        ("cont_attempts", c.attempts),
+        ("overlaps", c.overlaps as f64),
+        ("fence_regr", c.fencing_regressions as f64),
+        ("errors", (seq.errors + c1.errors + c64.errors) as f64),
+        ("cpu_client", cpu.client_us),
+        ("cpu_masters", cpu.masters_us),
+        ("cpu_others", cpu.others_us),
+        ("client_util", cpu.client_util),
+        ("vcsw", cpu.voluntary_switches),
+    ]))
+}

@@ -1,0 +1,49 @@
+//! The profile run (`--profile`): one library's concurrency-64 phase alone, with the PIDs
+//! printed first so that `perf` can be pointed at the client and the lab.
+
+use crate::BoxError;
+use crate::lab::{ConnectedLab, warm_up};
+use crate::libraries::LibraryKind;
+use crate::options::Options;
+use crate::workloads;
+
+pub async fn profile(kind: LibraryKind, options: &Options) -> Result<(), BoxError> {
+    let shape = options.profile_shape();
+    let lab = ConnectedLab::start(shape).await?;
+    let library = lab.library(kind);
+    let run = format!("peers:profile:{}", std::process::id());
+    warm_up(library, &run).await;
+    eprintln!(
+        "profile: {} on {}; client PID {}, masters {:?}, replicas {:?}, sentinels {:?}",
+        kind.name(),
+        shape.describe(),
+        std::process::id(),
+        lab.pids.masters,
+        lab.pids.replicas,
+        lab.pids.sentinels
+    );
+    let phase = workloads::cycles(
+        library,
+        &format!("{run}:c64"),
+        64,
+        options.profile_secs,
+        &lab.pids,
+    )
+    .await;
+    let cpu = phase.cpu;
+    println!(
+        "{}: {:.0} cycles/s at concurrency 64, {} errors; per cycle: client {:.1} µs CPU, masters {:.1} µs, \
+         replicas+Sentinels {:.1} µs; client {:.2} cores; {:.2} voluntary + {:.2} involuntary context switches",
+        kind.name(),
+        phase.per_sec,
+        phase.errors,
+        cpu.client_us,
+        cpu.masters_us,
+        cpu.others_us,
+        cpu.client_util,
+        cpu.voluntary_switches,
+        cpu.involuntary_switches
+    );
+    lab.stop().await;
+    Ok(())
+}

@@ -1,0 +1,300 @@
+//! The report: each round's figures by row, and per lab shape a Markdown table of the medians
+//! over the rounds, the ratios to rslock, and the targets met or not.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use crate::libraries::LibraryKind;
+use crate::options::Shape;
+
+/// Every figure of one library's round, by row key.
+pub type Figures = BTreeMap<&'static str, f64>;
+
+/// Every round's figures of each library, in round order.
+pub type Results = BTreeMap<LibraryKind, Vec<Figures>>;
+
+struct Row {
+    key: &'static str,
+    label: &'static str,
+    better: &'static str,
+    /// Summed over rounds instead of the median (counts that must stay 0).
+    summed: bool,
+    decimals: usize,
+}
+
+/// The table's rows, in order.
+const ROWS: &[Row] = &[
+    Row {
+        key: "acq_p50",
+        label: "acquire p50 (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "acq_p99",
+        label: "acquire p99 (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "seq_cpu_client",
+        label: "sequential: client CPU per acquire+release (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "seq_cpu_masters",
+        label: "sequential: redis masters CPU per acquire+release (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "c1",
+        label: "lock+release cycles/s, concurrency 1",
+        better: "higher",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "c64",
+        label: "lock+release cycles/s, concurrency 64",
+        better: "higher",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "cont",
+        label: "contended acquisitions/s (16 workers, 1 ms hold)",
+        better: "higher",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cont_wait",
+        label: "contended max wait (ms)",
+        better: "lower",
+        summed: false,
+        decimals: 0,
+    },
+    Row {
+        key: "cont_attempts",
+        label: "contended: acquire attempts per acquisition (rslock does not report it)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "overlaps",
+        label: "contended overlaps (sum of rounds)",
+        better: "must be 0",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "fence_regr",
+        label: "fencing regressions (sum; only quorumlock has tokens)",
+        better: "must be 0",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "errors",
+        label: "failed acquires/releases in phases 1-2 (sum)",
+        better: "lower",
+        summed: true,
+        decimals: 0,
+    },
+    Row {
+        key: "cpu_client",
+        label: "c64: client CPU per cycle (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cpu_masters",
+        label: "c64: redis masters CPU per cycle (µs, 5 summed)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "cpu_others",
+        label: "c64: replicas+Sentinels CPU per cycle (µs)",
+        better: "lower",
+        summed: false,
+        decimals: 1,
+    },
+    Row {
+        key: "client_util",
+        label: "c64: client CPU utilisation (cores)",
+        better: "-",
+        summed: false,
+        decimals: 2,
+    },
+    Row {
+        key: "vcsw",
+        label: "c64: client voluntary context switches per cycle",
+        better: "lower",
+        summed: false,
+        decimals: 2,
+    },
+];
+
+/// The median; NaN for no values, so that it prints as "-".
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+/// One figure of one library over every round.
+fn values(results: &Results, kind: LibraryKind, key: &str) -> Vec<f64> {
+    results
+        .get(&kind)
+        .into_iter()
+        .flatten()
+        .filter_map(|figures| figures.get(key).copied())
+        .collect()
+}
+
+fn median_of(results: &Results, kind: LibraryKind, key: &str) -> f64 {
+    median(values(results, kind, key))
+}
+
+fn sum_of(results: &Results, kind: LibraryKind, key: &str) -> f64 {
+    values(results, kind, key).iter().sum()
+}
+
+fn format_value(v: f64, decimals: usize) -> String {
+    if v.is_nan() {
+        "-".into()
+    } else {
+        format!("{v:.decimals$}")
+    }
+}
+
+/// a / b with two decimals; "-" for a count or where either side has no figure.
+fn ratio(a: f64, b: f64, summed: bool) -> String {
+    if summed || b == 0.0 || b.is_nan() || a.is_nan() {
+        "-".to_string()
+    } else {
+        format!("{:.2}", a / b)
+    }
+}
+
+/// The table of one lab shape, followed by the targets.
+pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n### {} — medians of {} rounds\n",
+        shape.describe(),
+        rounds
+    );
+    let _ = writeln!(
+        out,
+        "| figure | quorumlock | rslock | floor | ratio q/r | ratio floor/r | better |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    for row in ROWS {
+        let pick = |kind: LibraryKind| {
+            if row.summed {
+                sum_of(results, kind, row.key)
+            } else {
+                median_of(results, kind, row.key)
+            }
+        };
+        let q = pick(LibraryKind::Quorum);
+        let r = pick(LibraryKind::Rs);
+        let f = pick(LibraryKind::Floor);
+        // Only quorumlock has fencing tokens.
+        let without_tokens = |v: f64| {
+            if row.key == "fence_regr" {
+                "n/a".into()
+            } else {
+                format_value(v, row.decimals)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            row.label,
+            format_value(q, row.decimals),
+            without_tokens(r),
+            without_tokens(f),
+            ratio(q, r, row.summed),
+            ratio(f, r, row.summed),
+            row.better
+        );
+    }
+    out.push_str(&targets(results));
+    out
+}
+
+/// quorumlock's targets against rslock, with the floor's own ratio beside each.
+fn targets(results: &Results) -> String {
+    let mut out = String::new();
+    let verdict = |ok: bool| if ok { "MET" } else { "NOT MET" };
+    let versus = |kind: LibraryKind, key: &str| {
+        median_of(results, kind, key) / median_of(results, LibraryKind::Rs, key)
+    };
+    let _ = writeln!(
+        out,
+        "\nTargets (quorumlock vs rslock; the floor's own ratio in brackets):"
+    );
+    let p50 = versus(LibraryKind::Quorum, "acq_p50");
+    let _ = writeln!(
+        out,
+        "- acquire p50 <= 0.5 x rslock: {p50:.2} x -> {} (floor {:.2} x)",
+        verdict(p50 <= 0.5),
+        versus(LibraryKind::Floor, "acq_p50")
+    );
+    let c64 = versus(LibraryKind::Quorum, "c64");
+    let _ = writeln!(
+        out,
+        "- cycles/s at concurrency 64 >= 2 x rslock: {c64:.2} x -> {} (floor {:.2} x)",
+        verdict(c64 >= 2.0),
+        versus(LibraryKind::Floor, "c64")
+    );
+    let cont = versus(LibraryKind::Quorum, "cont");
+    let overlaps = sum_of(results, LibraryKind::Quorum, "overlaps");
+    let _ = writeln!(
+        out,
+        "- contended acquisitions/s >= 1.5 x rslock with 0 overlaps: {cont:.2} x, {overlaps} overlaps -> {} (floor {:.2} x)",
+        verdict(cont >= 1.5 && overlaps == 0.0),
+        versus(LibraryKind::Floor, "cont")
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_even_and_none() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn ratio_skips_counts_and_missing_figures() {
+        assert_eq!(ratio(1.0, 2.0, false), "0.50");
+        assert_eq!(ratio(1.0, 2.0, true), "-");
+        assert_eq!(ratio(1.0, 0.0, false), "-");
+        assert_eq!(ratio(f64::NAN, 2.0, false), "-");
+    }
+}
