@@ -1,13 +1,16 @@
 -- Grant the lock on this group when it is free (or already ours) and our fencing proposal is
 -- above the highest fence this group has committed. (holder.lua and admission.lua are
 -- prepended.)
--- KEYS: lock, fence, admission marker
--- ARGV: token, ttl_ms, fence proposal, owner record (JSON), quarantine_ms
+-- KEYS: lock, fence, admission marker, policy
+-- ARGV: token, ttl_ms, fence proposal, owner record (JSON)
 -- Returns {1} granted | {0, pttl_ms, owner record} held by another token | {2, stored_fence}
---       | {3, quarantine_left_ms}
-local left = quarantine_left(KEYS[#KEYS], ARGV[#ARGV])
-if left > 0 then
-  return {3, left}
+--       | {3, quarantine_left_ms} | {4} unadmitted | {5, max_ttl_ms} ttl above the policy
+local refused = admission(KEYS[3], KEYS[4])
+if refused then
+  return refused
+end
+if tonumber(ARGV[2]) > policy_max_ttl then
+  return {5, policy_max_ttl}
 end
 local stored_text = redis.call('GET', KEYS[2])
 local stored = tonumber(stored_text or '0') or 0

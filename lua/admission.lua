@@ -1,33 +1,62 @@
--- Prologue of the scripts that vote (acquire, extend). A master may vote only once its current
--- replication history has been known for one maximum TTL. A promoted replica, or a master
--- restarted without its data, starts a new history (a new master_replid), so it sits out until
--- every lease it may have missed has expired: the "delayed restart" rule, read from the server
--- itself, so it holds for clients that start after the failover too. The marker is written
--- without replication, so a replica never inherits its master's admission.
--- Takes the marker key and the quarantine in ms. The answer is kept for the rest of the script
--- run, so a batch of lock calls (batch.lua) reads the replication history once.
-local admission_left
-local function quarantine_left(marker, quarantine)
-  if admission_left then
-    return admission_left
+-- Prologue of the scripts that vote (acquire, extend). A master votes only under its lock
+-- policy, and only once its current replication history has been known for the policy's
+-- quarantine.
+-- The policy (<prefix>:policy = {max_ttl_ms, write_window_ms}) is replicated data: the
+-- server owns it, whatever each client's configuration says. A master without one lost its
+-- data and cannot tell how long to sit out: it answers unadmitted until it adopts the policy
+-- of a majority of groups (adopt.lua) or an operator admits it (admit.lua).
+-- A promoted replica or a master restarted empty starts a new history (a new master_replid)
+-- and sits out max_ttl_ms + write_window_ms: every lease it may have missed has expired by
+-- then, including those an isolated old master granted until it stopped taking writes. The
+-- marker (<prefix>:admission = {history, vote_from}) is written without replication, so a
+-- replica never inherits its master's admission.
+-- A master that may evict keys (maxmemory set, with a policy other than noeviction) could
+-- drop a live lock or a fence with no change of history, so it does not vote at all.
+-- admission(marker, policy) answers nil when the master may vote, else the reply that
+-- refuses the vote: {3, ms_left} quarantined, {4} no policy, or {6, maxmemory_policy}. The
+-- answer is kept for the rest of the script run, so a batch of lock calls (batch.lua) reads
+-- it once; so is policy_max_ttl, the longest TTL the master grants.
+local admission_answer
+local policy_max_ttl
+local function admission(marker, policy_key)
+  if admission_answer ~= nil then
+    return admission_answer or nil
   end
-  local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+  local info = redis.call('INFO', 'replication', 'memory')
+  local eviction = string.match(info, 'maxmemory_policy:([%w%-]+)')
+  if (tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0) > 0 and eviction ~= 'noeviction' then
+    admission_answer = {6, eviction}
+    return admission_answer
+  end
+  local policy = redis.call('HMGET', policy_key, 'max_ttl_ms', 'write_window_ms')
+  policy_max_ttl = tonumber(policy[1])
+  if not policy_max_ttl then
+    admission_answer = {4}
+    return admission_answer
+  end
+  local window = tonumber(policy[2]) or 0
+  local history = string.match(info, 'master_replid:(%w+)')
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local admitted = redis.call('HMGET', marker, 'history', 'vote_from')
+  local left
   if admitted[1] ~= history then
-    quarantine = tonumber(quarantine)
+    left = policy_max_ttl + window
     redis.set_repl(redis.REPL_NONE)
-    local written = redis.pcall('HSET', marker, 'history', history, 'vote_from', now + quarantine)
+    local written = redis.pcall('HSET', marker, 'history', history, 'vote_from', now + left)
     -- Replication back on before any error goes up: the calls batched after this one
     -- must replicate their writes.
     redis.set_repl(redis.REPL_ALL)
     if type(written) == 'table' and written.err then
       error(written)
     end
-    admission_left = quarantine
   else
-    admission_left = tonumber(admitted[2]) - now
+    left = tonumber(admitted[2]) - now
   end
-  return admission_left
+  if left > 0 then
+    admission_answer = {3, left}
+    return admission_answer
+  end
+  admission_answer = false
+  return nil
 end

@@ -1,11 +1,21 @@
 -- Read-only view of this master's admission to the vote (see admission.lua).
--- KEYS: admission marker
--- Returns {admitted_history_matches (1/0), ms until it may vote (<= 0: voting)}
-local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+-- KEYS: admission marker, policy
+-- Returns {admitted_history_matches (1/0), ms until it may vote (<= 0: voting),
+--          max_ttl_ms (-1: no policy), write_window_ms, maxmemory_policy when the master
+--          may evict keys (else '')}
+local info = redis.call('INFO', 'replication', 'memory')
+local history = string.match(info, 'master_replid:(%w+)')
+local eviction = string.match(info, 'maxmemory_policy:([%w%-]+)')
+if (tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0) == 0 or eviction == 'noeviction' then
+  eviction = ''
+end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from')
+local policy = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
+local max_ttl = tonumber(policy[1]) or -1
+local window = tonumber(policy[2]) or 0
 if admitted[1] ~= history then
-  return {0, 0}
+  return {0, 0, max_ttl, window, eviction}
 end
-return {1, tonumber(admitted[2]) - now}
+return {1, tonumber(admitted[2]) - now, max_ttl, window, eviction}

@@ -1,12 +1,18 @@
--- Admit this master's current replication history to the vote after ARGV[1] ms (0: now).
--- For bootstrapping a brand-new deployment (or a lab) whose masters have never held a lock;
--- never run it on a master that may have missed grants. Not replicated (see admission.lua).
--- KEYS: admission marker   ARGV: delay_ms
--- Returns the history admitted.
+-- Admits this master to the vote after ARGV[3] ms (0: now), under a lock policy at least
+-- {max_ttl_ms = ARGV[1], write_window_ms = ARGV[2]}. A policy only grows: a field already
+-- larger stays. For bootstrapping a brand-new deployment (or a lab) whose masters have never
+-- held a lock, and for raising the policy; never admit at once a master that may have missed
+-- grants. The policy is replicated; the marker is not (see admission.lua).
+-- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms
+-- Returns {history, max_ttl_ms, write_window_ms} as now in force.
+local current = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
+local max_ttl = math.max(tonumber(current[1]) or 0, tonumber(ARGV[1]))
+local window = math.max(tonumber(current[2]) or 0, tonumber(ARGV[2]))
+redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window)
 local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 redis.set_repl(redis.REPL_NONE)
-redis.call('HSET', KEYS[1], 'history', history, 'vote_from', now + tonumber(ARGV[1]))
+redis.call('HSET', KEYS[1], 'history', history, 'vote_from', now + tonumber(ARGV[3]))
 redis.set_repl(redis.REPL_ALL)
-return history
+return {history, max_ttl, window}

@@ -62,6 +62,7 @@ pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd};
 pub use engine::locks::{
     AcquireOptions, DEFAULT_TTL, Extended, Locks, MAX_WAIT, MIN_TTL, Released,
 };
+pub use engine::protocol;
 pub use engine::resource::{MAX_LABEL_BYTES, MAX_RESOURCE_BYTES, validate_resource};
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;

@@ -20,7 +20,8 @@ pub use store::FencedStore;
 use crate::Error;
 use crate::Locks;
 use crate::chaos::checker::{Checker, Hold};
-use crate::lab::{Lab, LabError};
+use crate::engine::clock::millis;
+use crate::lab::{Lab, LabError, LabSpec};
 
 /// Resource names of a chaos run start with this.
 pub const RESOURCE_PREFIX: &str = "chaos:";
@@ -139,10 +140,30 @@ struct Tally {
     valid_writes_rejected: AtomicU64,
 }
 
+/// A lab for chaos runs: its lock policy is the runs' TTL, so a group whose master died or
+/// restarted sits out that long, not the default policy's minute.
+pub fn lab_spec(dir: &std::path::Path, options: &ChaosOptions) -> LabSpec {
+    LabSpec {
+        max_ttl_ms: millis(options.ttl),
+        ..LabSpec::new(dir)
+    }
+}
+
 /// Runs workers and faults against `lab` for `options.duration`, then checks the outcome.
 pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, Error> {
+    let policy = lab.spec().policy();
+    if millis(options.ttl) > policy.max_ttl_ms {
+        return Err(Error::invalid(
+            "ttl",
+            format!(
+                "{} ms is above the lab's lock policy ({} ms); start the lab with chaos::lab_spec",
+                millis(options.ttl),
+                policy.max_ttl_ms
+            ),
+        ));
+    }
     let mut topology = lab.topology();
-    topology.max_ttl_ms = u64::try_from(options.ttl.as_millis()).unwrap_or(u64::MAX);
+    topology.max_ttl_ms = millis(options.ttl);
     topology.validate()?;
     let locks = Locks::connect(topology).await?;
     let checker = Arc::new(Checker::new());
@@ -161,7 +182,7 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         lab.topology().groups.len(),
         &options.faults,
         options.max_down,
-        options.ttl,
+        Duration::from_millis(policy.quarantine_ms()),
     );
     let mut ticks = tokio::time::interval(options.fault_every);
     ticks.tick().await;
@@ -194,7 +215,7 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     let attempts = tally.attempts.load(Ordering::Relaxed);
     let acquired = tally.acquired.load(Ordering::Relaxed);
     Ok(ChaosReport {
-        duration_ms: u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+        duration_ms: millis(duration),
         acquisitions: acquired,
         acquire_attempts: attempts,
         failed_acquires: tally.failed.load(Ordering::Relaxed),

@@ -14,6 +14,7 @@ use crate::Failover;
 use crate::Locks;
 use crate::Vote;
 use crate::chaos::checker::{Checker, Hold};
+use crate::engine::clock::millis;
 use crate::lab::{Lab, LabSpec};
 use tokio::sync::broadcast;
 
@@ -52,7 +53,12 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
     }
     let dir = tempfile::tempdir()?;
     println!("starting a lab: 5 groups (master + replica), 3 Sentinels, on 127.0.0.1 ...");
-    let lab = Lab::start(LabSpec::new(dir.path())).await?;
+    // A short lock policy keeps the promoted replica's quarantine visible within the run.
+    let lab = Lab::start(LabSpec {
+        max_ttl_ms: millis(QUARANTINE),
+        ..LabSpec::new(dir.path())
+    })
+    .await?;
     let outcome = tokio::select! {
         outcome = contend(args, lab) => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -65,10 +71,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
 }
 
 async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
-    let mut topology = lab.topology();
-    // A short max TTL keeps the promoted replica's quarantine visible within the run.
-    topology.max_ttl_ms = QUARANTINE.as_millis() as u64;
-    let locks = Locks::connect(topology).await?;
+    let locks = Locks::connect(lab.topology()).await?;
     let mut failovers = locks.failovers();
     let checker = Arc::new(Checker::new());
     let counters = Arc::new(Counters::default());

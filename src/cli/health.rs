@@ -13,6 +13,8 @@ fn admission(admission: &Admission) -> String {
             format!("quarantined {}", output::duration_ms(*remaining_ms))
         }
         Admission::Unadmitted => "new (quarantined at first vote)".into(),
+        Admission::NoPolicy => "no policy (lost its data; adopts at next acquire)".into(),
+        Admission::Evicts { maxmemory_policy } => format!("UNSAFE: evicts ({maxmemory_policy})"),
         Admission::Unknown => "unknown".into(),
     }
 }
@@ -51,8 +53,17 @@ fn table(health: &Health) -> String {
             admission(&g.admission),
         ]
     });
+    let warnings: String = health
+        .groups
+        .iter()
+        .flat_map(|g| {
+            g.unsafe_settings
+                .iter()
+                .map(move |s| format!("UNSAFE {}: {s}\n", g.group))
+        })
+        .collect();
     format!(
-        "{}\n{}: {} of {} groups vote (quorum {})\n",
+        "{}\n{warnings}{}: {} of {} groups vote (quorum {})\n",
         output::table(
             [
                 "GROUP",

@@ -20,6 +20,7 @@ use crate::engine::locks::{
     AcquireOptions, Acquired, DELETE_RETRIES, Engine, FENCE_ROUNDS, MAX_WAIT, OwnerRecord,
     check_ttl, lifetime,
 };
+use crate::engine::protocol::code;
 use crate::engine::resource::{ResourceKeys, validate_label, validate_resource};
 use crate::engine::vote::{GroupVote, Vote};
 use crate::engine::waiters::Watch;
@@ -33,21 +34,31 @@ enum AcquireAnswer {
     Held { remaining_ms: u64, record: String },
     FenceAhead(u64),
     Quarantined(u64),
+    NoPolicy,
+    Evicts(String),
+    AbovePolicy(u64),
+}
+
+impl AcquireAnswer {
+    /// A definite refusal: this group holds no grant of ours after answering it.
+    fn refused(&self) -> bool {
+        !matches!(self, AcquireAnswer::Granted)
+    }
 }
 
 fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
+    let detail = || integer(values.get(1)).unwrap_or(0);
     match integer(values.first()) {
-        Some(1) => Ok(AcquireAnswer::Granted),
-        Some(0) => Ok(AcquireAnswer::Held {
-            remaining_ms: integer(values.get(1)).unwrap_or(0),
+        Some(code::GRANTED) => Ok(AcquireAnswer::Granted),
+        Some(code::HELD) => Ok(AcquireAnswer::Held {
+            remaining_ms: detail(),
             record: text(values.get(2)),
         }),
-        Some(2) => Ok(AcquireAnswer::FenceAhead(
-            integer(values.get(1)).unwrap_or(0),
-        )),
-        Some(3) => Ok(AcquireAnswer::Quarantined(
-            integer(values.get(1)).unwrap_or(0),
-        )),
+        Some(code::FENCE_AHEAD) => Ok(AcquireAnswer::FenceAhead(detail())),
+        Some(code::QUARANTINED) => Ok(AcquireAnswer::Quarantined(detail())),
+        Some(code::NO_POLICY) => Ok(AcquireAnswer::NoPolicy),
+        Some(code::EVICTS) => Ok(AcquireAnswer::Evicts(text(values.get(1)))),
+        Some(code::ABOVE_POLICY) => Ok(AcquireAnswer::AbovePolicy(detail())),
         _ => Err(format!("unexpected acquire reply {values:?}")),
     }
 }
@@ -78,7 +89,6 @@ impl Engine {
         validate_label("owner", options.owner.as_deref())?;
         validate_label("purpose", options.purpose.as_deref())?;
         let keys = self.keys(resource);
-        let token = uuid::Uuid::new_v4().simple().to_string();
         let record = serde_json::to_string(&OwnerRecord {
             owner: options.owner.clone(),
             purpose: options.purpose.clone(),
@@ -108,6 +118,10 @@ impl Engine {
         }
         loop {
             attempts += 1;
+            // A token of its own for every attempt: a delete of an earlier attempt that lands
+            // late (a rollback retried on a connection that was replaced) can then never take
+            // this attempt's grant.
+            let token = uuid::Uuid::new_v4().simple().to_string();
             // Armed before the attempt, so a release announced during it is not missed.
             let notify = watch.as_ref().map(Watch::notify);
             let mut released = notify.as_ref().map(|notify| Box::pin(notify.notified()));
@@ -131,9 +145,8 @@ impl Engine {
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not
                 // must hold up neither this answer nor the caller's wait. The next attempt
-                // reuses the token, so it only starts once the rollback is done (a delete
-                // retried after it would take the new grant): a rollback still running at
-                // the deadline ends the wait.
+                // waits for the rollback within the wait, or it would find our own grant
+                // still standing where the rollback had not landed yet.
                 let limit = if last {
                     Instant::now() + self.topology.call_timeout()
                 } else {
@@ -185,7 +198,7 @@ impl Engine {
     /// One attempt: up to [`FENCE_ROUNDS`] rounds, all counted in `elapsed`. On failure it
     /// returns the error and, per group, whether that group may hold our grant.
     async fn attempt(
-        &self,
+        self: &Arc<Self>,
         resource: &str,
         keys: &ResourceKeys,
         token: &str,
@@ -197,7 +210,6 @@ impl Engine {
         let (n, quorum) = (majority.groups, majority.needed);
         let mut may_hold = vec![false; n];
         let script_keys: Arc<[fred::types::Key]> = keys.acquire().into();
-        let quarantine = Value::from(millis(self.topology.max_ttl()) as i64);
         for round in 0..FENCE_ROUNDS {
             // Refused before anything is sent when too few groups would take the call: a
             // grant on a minority only costs a rollback.
@@ -233,7 +245,6 @@ impl Engine {
                     Value::from(millis(ttl) as i64),
                     Value::from(fence.to_string()),
                     record.into(),
-                    quarantine.clone(),
                 ]
                 .into(),
             };
@@ -255,16 +266,19 @@ impl Engine {
             )
             .await;
             for (index, reply) in replies.iter().enumerate() {
-                may_hold[index] |= !matches!(
-                    reply,
-                    Some(
-                        Reply::Answer(
-                            AcquireAnswer::Held { .. }
-                                | AcquireAnswer::FenceAhead(_)
-                                | AcquireAnswer::Quarantined(_)
-                        ) | Reply::NotSent(_)
-                    )
-                );
+                // A call still in flight, timed out or failed may have been applied.
+                may_hold[index] |= match reply {
+                    Some(Reply::Answer(answer)) => !answer.refused(),
+                    Some(Reply::NotSent(_)) => false,
+                    _ => true,
+                };
+            }
+            let unadmitted: Vec<bool> = replies
+                .iter()
+                .map(|r| matches!(r, Some(Reply::Answer(AcquireAnswer::NoPolicy))))
+                .collect();
+            if unadmitted.contains(&true) {
+                self.adopt_policies(unadmitted);
             }
             let granted = count(&replies, |r| {
                 matches!(r, Reply::Answer(AcquireAnswer::Granted))
@@ -295,6 +309,9 @@ impl Engine {
                     elapsed_ms: millis(elapsed),
                     votes,
                 };
+                return Err((error, may_hold));
+            }
+            if let Some(error) = self.above_policy(ttl, &votes) {
                 return Err((error, may_hold));
             }
             if let Some(highest) = ahead.iter().max() {
@@ -352,6 +369,9 @@ impl Engine {
                     AcquireAnswer::Granted => Vote::Granted,
                     AcquireAnswer::FenceAhead(fence) => Vote::FenceAhead { fence },
                     AcquireAnswer::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
+                    AcquireAnswer::NoPolicy => Vote::NoPolicy,
+                    AcquireAnswer::Evicts(maxmemory_policy) => Vote::Evicts { maxmemory_policy },
+                    AcquireAnswer::AbovePolicy(max_ttl_ms) => Vote::AbovePolicy { max_ttl_ms },
                     AcquireAnswer::Held {
                         remaining_ms,
                         record,

@@ -11,11 +11,12 @@ use crate::engine::clock::millis;
 use crate::engine::error::Error;
 use crate::engine::fan_out::{count, fan_out};
 use crate::engine::locks::{DELETE_RETRIES, Engine, Extended, Released, check_ttl, lifetime};
+use crate::engine::protocol::code;
 use crate::engine::resource::validate_resource;
 use crate::engine::vote::{GroupVote, Vote};
 use crate::group::Group;
 use crate::group::batch::{Call, LockScript};
-use crate::group::reply::{Reply, integer};
+use crate::group::reply::{Reply, integer, text};
 use crate::group::scripts;
 
 impl Engine {
@@ -95,11 +96,7 @@ impl Engine {
         check_token(token)?;
         validate_resource(resource)?;
         let started = Instant::now();
-        let args: Vec<Value> = vec![
-            token.into(),
-            Value::from(millis(ttl) as i64),
-            Value::from(millis(self.topology.max_ttl()) as i64),
-        ];
+        let args: Vec<Value> = vec![token.into(), Value::from(millis(ttl) as i64)];
         let renew = Call {
             script: LockScript::Extend,
             keys: self.keys(resource).extend().into(),
@@ -119,6 +116,9 @@ impl Engine {
                 valid_until: started + lifetime,
                 votes,
             });
+        }
+        if let Some(error) = self.above_policy(ttl, &votes) {
+            return Err(error);
         }
         Err(self.not_held(resource, votes))
     }
@@ -244,9 +244,19 @@ fn token_vote(answer: &Value) -> Vote {
         other => (integer(Some(other)), None),
     };
     match status {
-        Some(1) => Vote::Granted,
-        Some(3) => Vote::Quarantined {
+        Some(code::GRANTED) => Vote::Granted,
+        Some(code::QUARANTINED) => Vote::Quarantined {
             remaining_ms: detail.unwrap_or(0),
+        },
+        Some(code::NO_POLICY) => Vote::NoPolicy,
+        Some(code::EVICTS) => Vote::Evicts {
+            maxmemory_policy: match answer {
+                Value::Array(values) => text(values.get(1)),
+                _ => String::new(),
+            },
+        },
+        Some(code::ABOVE_POLICY) => Vote::AbovePolicy {
+            max_ttl_ms: detail.unwrap_or(0),
         },
         _ => Vote::NotHeld,
     }

@@ -7,7 +7,8 @@ use fred::types::{InfoKind, Value};
 use serde::Serialize;
 
 use crate::engine::locks::Locks;
-use crate::engine::resource::admission_key;
+use crate::engine::protocol::Policy;
+use crate::engine::resource::{admission_key, policy_key};
 use crate::group::Group;
 use crate::group::diagnose::{ask_sentinel, connection_failure};
 use crate::group::reply::Reply;
@@ -49,6 +50,11 @@ pub enum Admission {
     /// It has not been asked to vote since its history began; its first vote starts the
     /// quarantine.
     Unadmitted,
+    /// It lost its data and its lock policy: it sits out until it adopts the policy of a
+    /// majority of groups (at the next acquire), or an operator admits it.
+    NoPolicy,
+    /// It may evict keys (`maxmemory` with this `maxmemory-policy`), so it does not vote.
+    Evicts { maxmemory_policy: String },
     /// Could not be read.
     Unknown,
 }
@@ -76,14 +82,18 @@ pub struct GroupHealth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
     pub admission: Admission,
+    /// The lock policy the master holds (absent: it has none, or it could not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
+    /// Settings that break a safety assumption, each with what to change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsafe_settings: Vec<String>,
 }
 
 impl GroupHealth {
     /// Reachable and voting.
     pub fn votes(&self) -> bool {
-        self.reachable
-            && self.admission != Admission::Unknown
-            && !matches!(self.admission, Admission::Quarantined { .. })
+        self.reachable && matches!(self.admission, Admission::Voting | Admission::Unadmitted)
     }
 }
 
@@ -101,14 +111,13 @@ impl Locks {
     /// Asks every group (and its Sentinels) how it is doing.
     pub async fn health(&self) -> Health {
         let engine = &self.engine;
-        let marker = admission_key(&engine.topology.key_prefix);
-        let groups: Vec<GroupHealth> = futures::future::join_all(
-            engine
-                .groups
-                .iter()
-                .map(|group| group_health(group, &marker)),
-        )
-        .await;
+        let keys = AdmissionKeys {
+            marker: admission_key(&engine.topology.key_prefix),
+            policy: policy_key(&engine.topology.key_prefix),
+        };
+        let groups: Vec<GroupHealth> =
+            futures::future::join_all(engine.groups.iter().map(|group| group_health(group, &keys)))
+                .await;
         let voting = groups.iter().filter(|g| g.votes()).count();
         Health {
             quorum_available: voting >= engine.majority.needed,
@@ -119,12 +128,23 @@ impl Locks {
     }
 }
 
-async fn group_health(group: &Group, marker: &str) -> GroupHealth {
-    let (ping, info, admission, sentinels) = tokio::join!(
+/// The keys a master keeps about its admission.
+struct AdmissionKeys {
+    marker: String,
+    policy: String,
+}
+
+async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
+    let (ping, info, admission, sentinels, config) = tokio::join!(
         group.ping(),
         group.info(InfoKind::Replication),
-        group.eval::<Vec<Value>>(&scripts::ADMISSION_STATE, vec![marker.into()], Vec::new()),
+        group.eval::<Vec<Value>>(
+            &scripts::ADMISSION_STATE,
+            vec![keys.marker.as_str().into(), keys.policy.as_str().into()],
+            Vec::new()
+        ),
         sentinel_views(group),
+        group.config(&["min-replicas-to-write", "min-replicas-max-lag"]),
     );
     let (latency_ms, error) = match ping {
         Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
@@ -147,20 +167,11 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         Reply::Answer(text) => parse_replication(&text),
         _ => (None, Vec::new()),
     };
-    let admission = match admission {
-        Reply::Answer(values) => match (
-            values.first().and_then(Value::as_i64),
-            values.get(1).and_then(Value::as_i64),
-        ) {
-            (Some(0), _) => Admission::Unadmitted,
-            (Some(1), Some(left)) if left > 0 => Admission::Quarantined {
-                remaining_ms: left as u64,
-            },
-            (Some(1), Some(_)) => Admission::Voting,
-            _ => Admission::Unknown,
-        },
-        _ => Admission::Unknown,
+    let (admission, policy) = match admission {
+        Reply::Answer(values) => read_admission(&values),
+        _ => (Admission::Unknown, None),
     };
+    let unsafe_settings = unsafe_settings(&admission, policy, &replicas, &config);
     let master = group.connected_master();
     // With no master of the engine's own, the Sentinels are compared with each other.
     let named: Vec<&String> = sentinels
@@ -182,7 +193,80 @@ async fn group_health(group: &Group, marker: &str) -> GroupHealth {
         sentinels,
         sentinels_agree,
         admission,
+        policy,
+        unsafe_settings,
     }
+}
+
+/// What `lua/admission_state.lua` answered: the admission, and the policy when there is one.
+fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
+    let number = |at: usize| values.get(at).and_then(Value::as_i64);
+    let policy = match (number(2), number(3)) {
+        (Some(max_ttl_ms), Some(window)) if max_ttl_ms >= 0 => Some(Policy {
+            max_ttl_ms: max_ttl_ms as u64,
+            write_window_ms: window.max(0) as u64,
+        }),
+        _ => None,
+    };
+    let evicts = values
+        .get(4)
+        .and_then(Value::as_string)
+        .filter(|policy| !policy.is_empty());
+    let admission = match (number(0), number(1), evicts, policy) {
+        (_, _, Some(maxmemory_policy), _) => Admission::Evicts { maxmemory_policy },
+        (Some(_), _, None, None) => Admission::NoPolicy,
+        (Some(0), _, None, Some(_)) => Admission::Unadmitted,
+        (Some(1), Some(left), None, Some(_)) if left > 0 => Admission::Quarantined {
+            remaining_ms: left as u64,
+        },
+        (Some(1), Some(_), None, Some(_)) => Admission::Voting,
+        _ => Admission::Unknown,
+    };
+    (admission, policy)
+}
+
+/// The settings of a master that break an assumption of docs/safety.md.
+fn unsafe_settings(
+    admission: &Admission,
+    policy: Option<Policy>,
+    replicas: &[ReplicaView],
+    config: &Reply<Vec<(String, String)>>,
+) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Admission::Evicts { maxmemory_policy } = admission {
+        found.push(format!(
+            "maxmemory-policy {maxmemory_policy} with maxmemory set may evict a live lock or fence: set maxmemory-policy noeviction (the master does not vote until then)"
+        ));
+    }
+    let Reply::Answer(config) = config else {
+        return found;
+    };
+    let setting = |name: &str| {
+        config
+            .iter()
+            .find(|(key, _)| key == name)
+            .and_then(|(_, value)| value.parse::<u64>().ok())
+    };
+    if replicas.is_empty() {
+        return found;
+    }
+    match (setting("min-replicas-to-write"), setting("min-replicas-max-lag")) {
+        (Some(0), _) => found.push(
+            "min-replicas-to-write is 0: a master cut off from its replica keeps granting after Sentinel promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
+                .to_string(),
+        ),
+        (Some(_), Some(lag)) => {
+            let needed = Policy::write_window_for(lag);
+            if let Some(policy) = policy.filter(|p| p.write_window_ms < needed) {
+                found.push(format!(
+                    "min-replicas-max-lag {lag} s lets an isolated master take writes for up to {needed} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed}`",
+                    policy.write_window_ms
+                ));
+            }
+        }
+        _ => {}
+    }
+    found
 }
 
 /// Reads role and replicas from `INFO replication`.

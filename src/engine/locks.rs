@@ -12,11 +12,12 @@ use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Topology;
+use crate::engine::clock::millis;
 use crate::engine::error::{Error, majority_holder};
 use crate::engine::fence::Fences;
 use crate::engine::lease::{Acquire, Lease};
 use crate::engine::resource::ResourceKeys;
-use crate::engine::vote::{GroupVote, Majority};
+use crate::engine::vote::{GroupVote, Majority, Vote};
 use crate::engine::waiters::Waiters;
 use crate::group::Group;
 use crate::group::security::Transport;
@@ -51,6 +52,8 @@ pub(crate) struct Engine {
     pub majority: Majority,
     /// Highest fence this process has proposed or seen; proposals always go above it.
     pub fences: Fences,
+    /// Groups whose lock policy is being adopted now (one adoption at a time per group).
+    pub adopting: std::sync::Mutex<Vec<bool>>,
     /// Deletes that outlive their caller (rollbacks, and release retries on a group that
     /// failed); `close` lets them finish.
     pub cleanup: TaskTracker,
@@ -145,6 +148,7 @@ impl Locks {
         Ok(Locks {
             engine: Arc::new(Engine {
                 majority: Majority::of(topology.groups.len()),
+                adopting: std::sync::Mutex::new(vec![false; topology.groups.len()]),
                 failovers,
                 sentinels,
                 waiters: Waiters::default(),
@@ -274,6 +278,29 @@ impl Engine {
             };
         }
         refused(resource.to_string(), votes)
+    }
+
+    /// A TTL that so many masters refused as above their lock policy that no majority can
+    /// grant it: the caller's input, not the infrastructure, is at fault.
+    pub(crate) fn above_policy(&self, ttl: Duration, votes: &[GroupVote]) -> Option<Error> {
+        let caps: Vec<u64> = votes
+            .iter()
+            .filter_map(|v| match v.vote {
+                Vote::AbovePolicy { max_ttl_ms } => Some(max_ttl_ms),
+                _ => None,
+            })
+            .collect();
+        if caps.len() <= self.majority.groups - self.majority.needed {
+            return None;
+        }
+        let cap = caps.iter().min().copied().unwrap_or_default();
+        Some(Error::invalid(
+            "ttl",
+            format!(
+                "{} ms is above the lock policy of the masters ({cap} ms); ask for at most that and renew, or raise the policy with `quorumlock admit`",
+                millis(ttl)
+            ),
+        ))
     }
 
     /// Another holder has the lock (or too few groups answered to know).

@@ -5,6 +5,7 @@
 //! front doors (CLI, MCP) or the tools (lab, chaos, bench) built on it.
 
 pub(crate) mod acquire;
+pub(crate) mod admission;
 pub(crate) mod by_token;
 pub(crate) mod clock;
 pub(crate) mod error;
@@ -14,6 +15,7 @@ pub(crate) mod health;
 pub(crate) mod inspect;
 pub(crate) mod lease;
 pub(crate) mod locks;
+pub mod protocol;
 pub(crate) mod resource;
 pub(crate) mod vote;
 pub(crate) mod waiters;

@@ -13,20 +13,26 @@ pub const MAX_RESOURCE_BYTES: usize = 512;
 pub const MAX_LABEL_BYTES: usize = 1024;
 
 /// The keys of one resource, `<prefix>:{<resource>}:lock|fence` (the lock's value carries the
-/// holder's token and owner record), and the master's
-/// admission marker `<prefix>:admission` (no braces, so no resource key can ever equal it).
+/// holder's token and owner record), and the master's admission marker `<prefix>:admission`
+/// and lock policy `<prefix>:policy` (no braces, so no resource key can ever equal them).
 #[derive(Debug, Clone)]
 pub(crate) struct ResourceKeys {
     pub lock: Key,
     pub fence: Key,
     pub admission: Key,
+    pub policy: Key,
     /// Pub/sub channel on which releases wake the waiters of this resource.
     pub released: String,
 }
 
 /// The key under which a master records since when its replication history may vote.
-pub fn admission_key(prefix: &str) -> String {
+pub(crate) fn admission_key(prefix: &str) -> String {
     format!("{prefix}:admission")
+}
+
+/// The key of a master's lock policy (replicated; see `protocol::Policy`).
+pub(crate) fn policy_key(prefix: &str) -> String {
+    format!("{prefix}:policy")
 }
 
 impl ResourceKeys {
@@ -36,6 +42,7 @@ impl ResourceKeys {
             lock: key("lock"),
             fence: key("fence"),
             admission: Key::from(admission_key(prefix)),
+            policy: Key::from(policy_key(prefix)),
             released: format!("{prefix}:{{{resource}}}:released"),
         }
     }
@@ -46,6 +53,7 @@ impl ResourceKeys {
             self.lock.clone(),
             self.fence.clone(),
             self.admission.clone(),
+            self.policy.clone(),
         ]
     }
 
@@ -56,7 +64,11 @@ impl ResourceKeys {
 
     /// Keys of the extend script.
     pub fn extend(&self) -> Vec<Key> {
-        vec![self.lock.clone(), self.admission.clone()]
+        vec![
+            self.lock.clone(),
+            self.admission.clone(),
+            self.policy.clone(),
+        ]
     }
 
     /// Keys of the release script.

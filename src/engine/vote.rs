@@ -29,6 +29,14 @@ pub enum Vote {
     /// This master is new to the vote (a promoted replica, or restarted without its data) and
     /// sits out until every lease it may have missed has expired.
     Quarantined { remaining_ms: u64 },
+    /// This master lost its data and its lock policy: it sits out until it adopts the policy
+    /// of a majority of groups, or an operator admits it.
+    NoPolicy,
+    /// This master may evict keys (`maxmemory` with an eviction policy): it could drop a live
+    /// lock or a fence, so it does not vote until it is set to `noeviction`.
+    Evicts { maxmemory_policy: String },
+    /// The TTL asked for is above this master's lock policy (`quorumlock admit` raises it).
+    AbovePolicy { max_ttl_ms: u64 },
     /// No answer within the per-call timeout; the call may still have been applied.
     Timeout,
     /// The call failed; the message says why.
@@ -42,7 +50,12 @@ impl Vote {
     pub fn is_failure(&self) -> bool {
         matches!(
             self,
-            Vote::Timeout | Vote::Error { .. } | Vote::Quarantined { .. }
+            Vote::Timeout
+                | Vote::Error { .. }
+                | Vote::Quarantined { .. }
+                | Vote::NoPolicy
+                | Vote::Evicts { .. }
+                | Vote::AbovePolicy { .. }
         )
     }
 
@@ -81,6 +94,18 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
                     v.group
                 )
             }
+            Vote::NoPolicy => format!(
+                "{} (lost its data and its lock policy; it joins once a majority of groups can tell it theirs, or after `quorumlock admit`)",
+                v.group
+            ),
+            Vote::Evicts { maxmemory_policy } => format!(
+                "{} (may evict keys: maxmemory-policy {maxmemory_policy}; set noeviction)",
+                v.group
+            ),
+            Vote::AbovePolicy { max_ttl_ms } => format!(
+                "{} (the ttl is above its lock policy of {max_ttl_ms} ms)",
+                v.group
+            ),
             _ => v.group.clone(),
         })
         .collect()

@@ -422,6 +422,48 @@ impl Group {
         }
     }
 
+    /// The values of the configuration parameters `names` (`CONFIG GET`), within the
+    /// per-call timeout. A server that renamed or disabled CONFIG answers an error.
+    pub async fn config(&self, names: &[&str]) -> Reply<Vec<(String, String)>> {
+        let asked = names
+            .iter()
+            .map(|name| Value::from(*name))
+            .collect::<Vec<_>>();
+        let command = self
+            .timed
+            .custom::<Value, _>(fred::cmd!("CONFIG", blocking: false), {
+                let mut args = vec![Value::from("GET")];
+                args.extend(asked);
+                args
+            });
+        let text = |value: &Value| value.as_string().unwrap_or_default();
+        match command.await {
+            // RESP3 answers a map, RESP2 a flat list of names and values.
+            Ok(Value::Map(map)) => Reply::Answer(
+                map.inner()
+                    .iter()
+                    .map(|(name, value)| {
+                        (
+                            name.as_str().map(|n| n.to_string()).unwrap_or_default(),
+                            text(value),
+                        )
+                    })
+                    .collect(),
+            ),
+            Ok(Value::Array(flat)) => Reply::Answer(
+                flat.chunks(2)
+                    .filter_map(|pair| match pair {
+                        [name, value] => Some((text(name), text(value))),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            Ok(other) => Reply::Failed(format!("unexpected CONFIG GET reply {other:?}")),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
     /// `host:port` of the master the client is connected to now.
     pub fn connected_master(&self) -> Option<String> {
         self.client

@@ -59,13 +59,20 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// Gives a master that lost its data the policy of a majority of groups.
+pub(crate) static ADOPT: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/adopt.lua")));
+/// Read-only view of a master's lock policy.
+pub(crate) static POLICY: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/policy.lua")));
+
 /// Read-only view of a master's admission, for health reports.
 pub(crate) static ADMISSION_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../../lua/admission_state.lua")));
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 7] {
+pub(crate) fn all() -> [&'static Script; 9] {
     [
         &ACQUIRE,
         &EXTEND,
@@ -74,9 +81,11 @@ pub(crate) fn all() -> [&'static Script; 7] {
         &FORCE_RELEASE,
         &INSPECT,
         &ADMISSION_STATE,
+        &ADOPT,
+        &POLICY,
     ]
 }
 
-/// Admits a master's current replication history to the vote (bootstrap of fresh masters).
-#[cfg(feature = "tools")]
+/// Admits a master's current replication history to the vote under a lock policy (bootstrap
+/// of fresh masters, and raising a policy).
 pub(crate) const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");

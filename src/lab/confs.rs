@@ -107,7 +107,9 @@ fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>
          # Full syncs go over the socket at once: no 5 s batching delay, no dump left on disk.\n\
          repl-diskless-sync yes\n\
          repl-diskless-sync-delay 0\n\
-         repl-diskless-load swapdb\n",
+         repl-diskless-load swapdb\n\
+         # An evicted lock or fence key would hand the lock to a second holder.\n\
+         maxmemory-policy noeviction\n",
         listen_conf(spec, port),
         quote(node_dir)
     );
@@ -117,6 +119,13 @@ fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>
     }
     if let Some(master) = replica_of {
         conf.push_str(&format!("replicaof 127.0.0.1 {master}\n"));
+    }
+    if let (Some(lag), true) = (spec.min_replicas_max_lag_s, spec.replicas > 0) {
+        // A master cut off from its replica stops taking writes after `lag` seconds, so an
+        // old master that lost a failover cannot go on granting.
+        conf.push_str(&format!(
+            "min-replicas-to-write 1\nmin-replicas-max-lag {lag}\n"
+        ));
     }
     conf
 }

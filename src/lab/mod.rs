@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{GroupConfig, Topology};
+use crate::protocol::Policy;
 
 use certificates::{tls_settings, write_certificates};
 use confs::{Slot, consecutive_ports, group_name, layout, render_confs};
@@ -171,6 +172,19 @@ pub struct LabSpec {
     /// TLS only, with mutual authentication, under a CA generated in `<dir>/tls/`.
     #[serde(default)]
     pub tls: bool,
+    /// The longest TTL the masters grant: the lock policy they are admitted under, and the
+    /// topology's `max_ttl_ms`.
+    #[serde(default = "default_max_ttl_ms")]
+    pub max_ttl_ms: u64,
+    /// With replicas: `min-replicas-to-write 1` and this `min-replicas-max-lag` (seconds) on
+    /// every data node, so a master cut off from its replica stops taking writes within a
+    /// bounded window that the policy's quarantine covers. `None` leaves it unbounded.
+    #[serde(default)]
+    pub min_replicas_max_lag_s: Option<u64>,
+}
+
+fn default_max_ttl_ms() -> u64 {
+    crate::DEFAULT_MAX_TTL_MS
 }
 
 impl LabSpec {
@@ -186,6 +200,20 @@ impl LabSpec {
             failover_timeout_ms: 2000,
             password: None,
             tls: false,
+            max_ttl_ms: crate::DEFAULT_MAX_TTL_MS,
+            min_replicas_max_lag_s: None,
+        }
+    }
+
+    /// The lock policy the lab admits its masters under.
+    pub fn policy(&self) -> Policy {
+        let write_window_ms = match self.min_replicas_max_lag_s {
+            Some(lag) if self.replicas > 0 => Policy::write_window_for(lag),
+            _ => 0,
+        };
+        Policy {
+            max_ttl_ms: self.max_ttl_ms,
+            write_window_ms,
         }
     }
 
@@ -388,15 +416,25 @@ impl Lab {
     }
 
     /// The masters were just created empty, so no grant can have been missed: let them vote
-    /// at once instead of sitting out the quarantine that protects a real restart.
+    /// at once under the lab's lock policy instead of sitting out the quarantine that
+    /// protects a real restart. The policy replicates to the replicas.
     async fn admit_masters(&self) -> Result<(), LabError> {
         let marker = crate::engine::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
+        let policy_key = crate::engine::resource::policy_key(crate::config::DEFAULT_KEY_PREFIX);
+        let policy = self.state.spec.policy();
+        let (max_ttl, window) = (
+            policy.max_ttl_ms.to_string(),
+            policy.write_window_ms.to_string(),
+        );
         for record in self.records(NodeKind::Master) {
             let args = [
                 "EVAL",
                 crate::group::scripts::ADMIT_LUA,
-                "1",
+                "2",
                 marker.as_str(),
+                policy_key.as_str(),
+                max_ttl.as_str(),
+                window.as_str(),
                 "0",
             ];
             resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
@@ -472,6 +510,7 @@ impl Lab {
             .collect();
         Topology {
             tls: self.state.spec.tls.then(|| tls_settings(self.dir())),
+            max_ttl_ms: self.state.spec.max_ttl_ms,
             ..Topology::new(groups)
         }
     }

@@ -164,8 +164,11 @@ pub struct QuorumReport {
 pub struct GroupVoteView {
     pub group: String,
     /// `granted`, `held` (someone else holds it there), `fence_ahead`, `not_held`,
-    /// `quarantined` (a new master sitting out; `remaining_ms` says how long), `timeout`,
-    /// `error`, or `not_awaited` (the vote was decided before this group answered).
+    /// `quarantined` (a new master sitting out; `remaining_ms` says how long), `no_policy` (a
+    /// master that lost its data, waiting to adopt the lock policy of a majority), `evicts` (a
+    /// master that may evict keys sits out), `above_policy` (the ttl is above the masters' lock
+    /// policy), `timeout`, `error`, or `not_awaited` (the vote was decided before this group
+    /// answered).
     pub vote: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_ms: Option<u64>,
@@ -318,11 +321,16 @@ pub struct GroupHealthView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
     /// `voting`; `quarantined` (a new master sits out until every lease it may have missed
-    /// expired); `new` (quarantined at its first vote); or `unknown`.
+    /// expired); `new` (quarantined at its first vote); `no_policy` (lost its data, sits out
+    /// until it adopts the lock policy of a majority of groups); `evicts` (may evict keys, so
+    /// it never votes); or `unknown`.
     pub vote: String,
     /// Time left in quarantine, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantine_remaining_ms: Option<u64>,
+    /// Settings of this master that break a safety assumption, each with what to change.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unsafe_settings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -373,6 +381,24 @@ impl From<&GroupVote> for GroupVoteView {
             Vote::Quarantined { remaining_ms } => {
                 view.remaining_ms = Some(*remaining_ms);
                 "quarantined"
+            }
+            Vote::NoPolicy => {
+                view.message = Some(
+                    "this master lost its data and its lock policy; it sits out until it adopts the policy of a majority of groups".to_string(),
+                );
+                "no_policy"
+            }
+            Vote::Evicts { maxmemory_policy } => {
+                view.message = Some(format!(
+                    "this master may evict keys (maxmemory-policy {maxmemory_policy}), so it does not vote; set maxmemory-policy noeviction"
+                ));
+                "evicts"
+            }
+            Vote::AbovePolicy { max_ttl_ms } => {
+                view.message = Some(format!(
+                    "the ttl is above this master's lock policy of {max_ttl_ms} ms"
+                ));
+                "above_policy"
             }
             Vote::NotAwaited => "not_awaited",
         }

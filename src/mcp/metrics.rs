@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::GroupVote;
+use crate::{GroupVote, Vote};
 
 /// The `Content-Type` of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -49,6 +49,7 @@ pub struct Metrics {
     denials: Counter,
     quorum_failures: Counter,
     group_errors: Family<GroupName, Counter>,
+    group_unsafe: Family<GroupName, Gauge>,
     keepalive_active: Gauge,
     keepalive_lost: Counter,
     keepalive_max_hold: Counter,
@@ -105,6 +106,12 @@ impl Metrics {
             "Votes that were an error or a timeout, by group",
             group_errors.clone(),
         );
+        let group_unsafe = Family::<GroupName, Gauge>::default();
+        registry.register(
+            "group_unsafe",
+            "1 while a group's master has a setting that breaks a safety assumption (an eviction policy, unbounded writes after a partition): see cluster_health",
+            group_unsafe.clone(),
+        );
         let keepalive_active = Gauge::default();
         registry.register(
             "keepalive_leases",
@@ -132,6 +139,7 @@ impl Metrics {
             denials,
             quorum_failures,
             group_errors,
+            group_unsafe,
             keepalive_active,
             keepalive_lost,
             keepalive_max_hold,
@@ -176,11 +184,24 @@ impl Metrics {
         self.quorum_failures.inc();
     }
 
-    /// Counts every failed vote against its group.
+    /// Counts every failed vote against its group; a master that refused to vote because it
+    /// may evict keys is flagged unsafe.
     pub(crate) fn votes(&self, votes: &[GroupVote]) {
         for vote in votes.iter().filter(|vote| vote.vote.is_failure()) {
             self.group_error(&vote.group);
+            if matches!(vote.vote, Vote::Evicts { .. }) {
+                self.group_unsafe(&vote.group, true);
+            }
         }
+    }
+
+    /// Whether a group's master has a setting that breaks a safety assumption.
+    pub(crate) fn group_unsafe(&self, group: &str, flagged: bool) {
+        self.group_unsafe
+            .get_or_create(&GroupName {
+                group: group.to_string(),
+            })
+            .set(i64::from(flagged));
     }
 
     pub(crate) fn group_error(&self, group: &str) {

@@ -418,10 +418,15 @@ impl LockServer {
                 if !group.reachable {
                     shared.metrics.group_error(&group.group);
                 }
+                shared
+                    .metrics
+                    .group_unsafe(&group.group, !group.unsafe_settings.is_empty());
                 let (vote, quarantine_remaining_ms) = match group.admission {
                     Admission::Voting => ("voting", None),
                     Admission::Quarantined { remaining_ms } => ("quarantined", Some(remaining_ms)),
                     Admission::Unadmitted => ("new", None),
+                    Admission::NoPolicy => ("no_policy", None),
+                    Admission::Evicts { .. } => ("evicts", None),
                     Admission::Unknown => ("unknown", None),
                 };
                 GroupHealthView {
@@ -435,6 +440,7 @@ impl LockServer {
                     vote: vote.to_string(),
                     quarantine_remaining_ms,
                     error: group.error,
+                    unsafe_settings: group.unsafe_settings,
                 }
             })
             .collect();

@@ -1,0 +1,149 @@
+//! The contract between the engine and the scripts in `lua/`, in one place: the codes the
+//! voting scripts answer, the lock policy every master holds, and the admission rule.
+//!
+//! The engine, the tests and the protocol model all read these; the scripts use the same
+//! numbers, which a test checks against the Lua sources.
+
+use crate::engine::vote::Majority;
+
+/// What the acquire and extend scripts answer, as the first element of their reply.
+pub mod code {
+    /// Acquire: another token holds the lock. Extend: the token does not hold it.
+    pub const HELD: u64 = 0;
+    /// Granted (acquire), or renewed (extend).
+    pub const GRANTED: u64 = 1;
+    /// Acquire: the group's fence is at or above the proposal.
+    pub const FENCE_AHEAD: u64 = 2;
+    /// The master's history is new: it sits out until every lease it may have missed expired.
+    pub const QUARANTINED: u64 = 3;
+    /// The master has no lock policy (it lost its data): it cannot tell how long to sit out.
+    pub const NO_POLICY: u64 = 4;
+    /// The TTL asked for is above the master's policy.
+    pub const ABOVE_POLICY: u64 = 5;
+    /// The master may evict keys (`maxmemory` with a policy other than `noeviction`): it
+    /// could drop a live lock or a fence, so it does not vote.
+    pub const EVICTS: u64 = 6;
+}
+
+/// The lock policy a master holds in `<prefix>:policy`, replicated with its data: the bounds
+/// that decide how long a master that lost data sits out of the vote. The server owns it, so
+/// clients with different configurations agree on the quarantine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
+pub struct Policy {
+    /// Longest TTL the master grants or renews.
+    pub max_ttl_ms: u64,
+    /// How long an old master cut off from its replicas may go on accepting writes:
+    /// `min-replicas-max-lag` plus two seconds of Redis's once-a-second checks. 0 for a
+    /// master without replicas.
+    pub write_window_ms: u64,
+}
+
+impl Policy {
+    /// How long a master with a new history sits out: every lease it may have granted and
+    /// lost has expired by then, including those an isolated old master granted before it
+    /// stopped accepting writes.
+    pub fn quarantine_ms(self) -> u64 {
+        self.max_ttl_ms.saturating_add(self.write_window_ms)
+    }
+
+    /// The write window of a master with `min-replicas-to-write 1` and this
+    /// `min-replicas-max-lag` (seconds): Redis counts a replica's lag in whole seconds from
+    /// its last acknowledgement (sent once a second) and rechecks once a second, so a master
+    /// cut off from its replica takes writes for at most the lag plus two seconds.
+    pub fn write_window_for(min_replicas_max_lag_s: u64) -> u64 {
+        min_replicas_max_lag_s
+            .saturating_add(2)
+            .saturating_mul(1000)
+    }
+
+    /// The larger of two policies, field by field: a policy only ever grows.
+    pub fn merge(self, other: Policy) -> Policy {
+        Policy {
+            max_ttl_ms: self.max_ttl_ms.max(other.max_ttl_ms),
+            write_window_ms: self.write_window_ms.max(other.write_window_ms),
+        }
+    }
+
+    /// The policy a master that lost its own adopts from the other groups: the largest of
+    /// theirs, once a majority of all groups told it. Any lease the master granted before it
+    /// lost its data was granted by a majority too, and every group of that majority that
+    /// still knows the lease enforced a policy at least as large, so a majority of answers
+    /// contains one of them. `None` when fewer than a majority answered with a policy.
+    pub fn adopt(answers: &[Option<Policy>], majority: Majority) -> Option<Policy> {
+        let known: Vec<Policy> = answers.iter().flatten().copied().collect();
+        if known.len() < majority.needed {
+            return None;
+        }
+        known.into_iter().reduce(Policy::merge)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMALL: Policy = Policy {
+        max_ttl_ms: 1_000,
+        write_window_ms: 3_000,
+    };
+    const LARGE: Policy = Policy {
+        max_ttl_ms: 300_000,
+        write_window_ms: 0,
+    };
+
+    #[test]
+    fn the_quarantine_covers_the_longest_ttl_and_the_write_window() {
+        assert_eq!(SMALL.quarantine_ms(), 4_000);
+    }
+
+    #[test]
+    fn policies_merge_field_by_field_upwards() {
+        assert_eq!(
+            SMALL.merge(LARGE),
+            Policy {
+                max_ttl_ms: 300_000,
+                write_window_ms: 3_000
+            }
+        );
+    }
+
+    #[test]
+    fn a_policy_is_adopted_only_from_a_majority_of_groups() {
+        let five = Majority::of(5);
+        assert_eq!(
+            Policy::adopt(&[Some(SMALL), Some(LARGE), None, None, None], five),
+            None
+        );
+        assert_eq!(
+            Policy::adopt(&[Some(SMALL), Some(LARGE), Some(SMALL), None, None], five),
+            Some(SMALL.merge(LARGE))
+        );
+    }
+
+    /// The scripts answer with the same numbers the engine reads.
+    #[test]
+    fn the_scripts_answer_with_the_codes_of_this_module() {
+        let answers = |lua: &str, codes: &[u64]| {
+            for value in codes {
+                assert!(
+                    lua.contains(&format!("return {{{value}"))
+                        || lua.contains(&format!("admission_answer = {{{value}")),
+                    "a script never answers {value}:\n{lua}"
+                );
+            }
+        };
+        answers(
+            include_str!("../../lua/admission.lua"),
+            &[code::QUARANTINED, code::NO_POLICY, code::EVICTS],
+        );
+        answers(
+            include_str!("../../lua/acquire.lua"),
+            &[code::HELD, code::GRANTED, code::FENCE_AHEAD, code::ABOVE_POLICY],
+        );
+        answers(
+            include_str!("../../lua/extend.lua"),
+            &[code::HELD, code::GRANTED, code::ABOVE_POLICY],
+        );
+    }
+}
