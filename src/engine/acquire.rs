@@ -140,7 +140,15 @@ impl Engine {
                 }
                 Err(failure) => failure,
             };
-            let rolled_back = self.roll_back(&keys, &token, may_hold);
+            // With a majority held by others, freeing our few grants lets no waiter in, and
+            // announcing it would only wake the other waiters into a vote they lose again.
+            let lock_is_held = error
+                .votes()
+                .iter()
+                .filter(|v| matches!(v.vote, Vote::Held { .. }))
+                .count()
+                >= self.majority.needed;
+            let rolled_back = self.roll_back(&keys, &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not
@@ -390,11 +398,13 @@ impl Engine {
     /// Runs the release script on every group that may hold our grant, including those that
     /// timed out: their grant may have landed after we stopped waiting. In a task of its own,
     /// which carries on if its caller stops waiting; `None` when no group may hold a grant.
+    /// `announce` wakes the resource's waiters once the grants are gone.
     fn roll_back(
         self: &Arc<Self>,
         keys: &ResourceKeys,
         token: &str,
         may_hold: Vec<bool>,
+        announce: bool,
     ) -> Option<JoinHandle<Vec<Option<Reply<Value>>>>> {
         if !may_hold.contains(&true) {
             return None;
@@ -407,7 +417,12 @@ impl Engine {
             args: vec![
                 token.into(),
                 keys.released.as_str().into(),
-                format!("{token}:rolled-back:{:08x}", rand::random::<u32>()).into(),
+                if announce {
+                    format!("{token}:rolled-back:{:08x}", rand::random::<u32>())
+                } else {
+                    String::new()
+                }
+                .into(),
             ]
             .into(),
         };

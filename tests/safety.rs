@@ -1,0 +1,298 @@
+//! The holes a review found beyond process crashes, each closed with a test that fails
+//! without its fix: the quarantine belongs to the masters, not to a client's config; each
+//! attempt has its own token; a master that may evict keys does not vote; a split lock is
+//! shown as a split.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{connect, fence_key, fixture, lock_key, plain, poll_until};
+use fred::prelude::*;
+use fred::types::{CustomCommand, Value};
+use quorumlock::lab::LabSpec;
+use quorumlock::{Admission, Error, Topology, Vote};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+
+const MS: Duration = Duration::from_millis(1);
+
+/// A lab of plain masters whose lock policy allows leases of at most `max_ttl_ms`.
+fn plain_with_policy(max_ttl_ms: u64) -> impl FnOnce(LabSpec) -> LabSpec {
+    move |spec| LabSpec {
+        max_ttl_ms,
+        ..plain(spec)
+    }
+}
+
+/// The same topology for an older client whose config caps leases lower.
+fn with_max_ttl(topology: &Topology, max_ttl_ms: u64) -> Topology {
+    Topology {
+        max_ttl_ms,
+        ..topology.clone()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_with_a_shorter_max_ttl_cannot_shorten_the_quarantine_of_restarted_masters() {
+    let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
+    // A takes a lease on g1..g3 while g4 and g5 are down.
+    fx.lab.kill(3).await.expect("kill g4");
+    fx.lab.kill(4).await.expect("kill g5");
+    let a = fx
+        .locks
+        .acquire("shared")
+        .ttl(3_000 * MS)
+        .await
+        .expect("A holds g1..g3");
+    // g1 loses A's grant, and g4 and g5 come back empty: three masters that know nothing.
+    for group in [0, 3, 4] {
+        fx.lab.restart(group).await.expect("restart empty");
+    }
+    // B runs an older config with a 600 ms max TTL. Under a client-chosen quarantine the
+    // three empty masters would vote for it after 600 ms.
+    let b = connect(with_max_ttl(&fx.topology, 600)).await;
+    let wait = a.validity().saturating_sub(300 * MS);
+    let outcome = b.acquire("shared").ttl(600 * MS).wait(wait).await;
+    assert!(
+        a.validity() > Duration::ZERO,
+        "the test ran past A's lease; it proves nothing"
+    );
+    match outcome {
+        Ok(lease) => panic!(
+            "B took the lock while A's lease was valid for another {:?}: {:?}",
+            a.validity(),
+            lease.votes()
+        ),
+        Err(error) => {
+            // Only two masters hold a policy: the empty ones cannot adopt one from a majority.
+            let no_policy = error
+                .votes()
+                .iter()
+                .filter(|v| v.vote == Vote::NoPolicy)
+                .count();
+            assert!(no_policy >= 1, "{error}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_restarted_empty_sits_out_the_policy_of_the_majority_not_the_clients_max_ttl() {
+    let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
+    fx.lab.restart(0).await.expect("restart g1 empty");
+    let b = connect(with_max_ttl(&fx.topology, 600)).await;
+    // g1 has lost its policy; the four others grant, and g1 adopts their policy meanwhile.
+    let lease = b
+        .acquire("adopted")
+        .ttl(600 * MS)
+        .await
+        .expect("four groups grant");
+    assert_eq!(lease.votes()[0].vote, Vote::NoPolicy);
+    let quarantine = poll_until(Duration::from_secs(2), || async {
+        let health = b.health().await;
+        match health.groups[0].admission {
+            Admission::Quarantined { remaining_ms } => {
+                Some((remaining_ms, health.groups[0].policy))
+            }
+            _ => None,
+        }
+    })
+    .await;
+    let (remaining_ms, policy) = quarantine.expect("g1 adopted a policy and sits out");
+    assert!(
+        remaining_ms > 2_000,
+        "g1 sits out {remaining_ms} ms: a client's 600 ms set it, not the policy's 3 s"
+    );
+    assert_eq!(policy.map(|p| p.max_ttl_ms), Some(3_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ttl_above_the_masters_policy_is_refused_naming_the_field() {
+    let fx = fixture(plain_with_policy(3_000), |topology| topology).await;
+    let newer = connect(with_max_ttl(&fx.topology, 300_000)).await;
+    match newer.acquire("long").ttl(Duration::from_secs(300)).await {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "ttl");
+            assert!(reason.contains("3000 ms"), "{reason}");
+        }
+        other => panic!("a 300 s lease under a 3 s policy gave {other:?}"),
+    }
+    let lease = newer
+        .acquire("long")
+        .ttl(1_000 * MS)
+        .await
+        .expect("within the policy");
+    match newer
+        .extend("long", lease.token(), Duration::from_secs(300))
+        .await
+    {
+        Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "ttl"),
+        other => panic!("extending to 300 s under a 3 s policy gave {other:?}"),
+    }
+}
+
+/// What a master runs while it is watched: the lines `MONITOR` prints.
+struct Monitor {
+    lines: Arc<Mutex<Vec<String>>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Monitor {
+    async fn start(port: u16) -> Monitor {
+        let mut stream = TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("connect");
+        stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+        let mut reader = BufReader::new(stream);
+        let mut first = String::new();
+        reader.read_line(&mut first).await.expect("MONITOR answers");
+        assert_eq!(first.trim(), "+OK");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let reader = tokio::spawn(async move {
+            let mut line = String::new();
+            while reader.read_line(&mut line).await.unwrap_or(0) > 0 {
+                sink.lock().expect("lines").push(std::mem::take(&mut line));
+            }
+        });
+        Monitor { lines, reader }
+    }
+
+    /// The acquire calls clients sent so far for `resource`: the only calls that name its
+    /// fence key. The commands the scripts run inside (`[0 lua]`) are left out.
+    fn acquires(&self, resource: &str) -> Vec<String> {
+        let fence = format!("\"{}\"", fence_key(resource));
+        self.lines
+            .lock()
+            .expect("lines")
+            .iter()
+            .filter(|line| line.contains(&fence) && !line.contains(" lua] "))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// The tokens (32 hex digits, as acquire draws them) a MONITOR line carries.
+fn tokens_in(line: &str) -> Vec<String> {
+    line.split('"')
+        .filter(|part| part.len() == 32 && part.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Plants another holder's lock on `groups`, behind the clients' backs.
+async fn plant_holder(fx: &common::Fixture, resource: &str, groups: std::ops::Range<usize>) {
+    let planted = format!("{PLANTED}\n{{}}");
+    fx.on_masters(groups, async |master| {
+        let _: () = master
+            .set(
+                lock_key(resource),
+                planted.as_str(),
+                Some(Expiration::PX(10_000)),
+                None,
+                false,
+            )
+            .await
+            .expect("SET");
+    })
+    .await;
+}
+
+const PLANTED: &str = "0000000000000000000000000000beef";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_attempt_of_one_acquire_has_its_own_token() {
+    let fx = fixture(plain, |topology| topology).await;
+    // Another holder on g1..g3: each attempt is granted by g4 and g5 only, denied, and
+    // rolled back there. A rollback of one attempt that lands late must not be able to
+    // delete the grant of the next, so the next must carry another token.
+    plant_holder(&fx, "contested", 0..3).await;
+    let monitor = Monitor::start(fx.lab.master_of(3).await.expect("g4").port).await;
+    let outcome = fx
+        .locks
+        .acquire("contested")
+        .wait(Duration::from_millis(1_500))
+        .await;
+    assert!(matches!(outcome, Err(Error::Held { .. })), "{outcome:?}");
+    let acquires = monitor.acquires("contested");
+    let tokens: HashSet<String> = acquires
+        .iter()
+        .flat_map(|line| tokens_in(line))
+        .filter(|token| token != PLANTED)
+        .collect();
+    assert!(acquires.len() >= 2, "one attempt only: {acquires:?}");
+    assert_eq!(
+        tokens.len(),
+        acquires.len(),
+        "{} attempts carried {} tokens",
+        acquires.len(),
+        tokens.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_denied_by_a_majority_holder_does_not_spin_on_its_own_rollbacks() {
+    let fx = fixture(plain, |topology| topology).await;
+    plant_holder(&fx, "spun", 0..3).await;
+    let monitor = Monitor::start(fx.lab.master_of(3).await.expect("g4").port).await;
+    let wait = Duration::from_millis(1_500);
+    let outcome = fx.locks.acquire("spun").wait(wait).await;
+    assert!(matches!(outcome, Err(Error::Held { .. })), "{outcome:?}");
+    // The holder has 10 s left, so the waiter's timer fires every 10 × retry_delay_ms
+    // (500 ms); each of its rollbacks used to wake it again at once.
+    let attempts = monitor.acquires("spun").len();
+    assert!(
+        attempts <= 8,
+        "{attempts} attempts in {wait:?}: the waiter woke itself"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_that_may_evict_keys_does_not_vote_and_health_says_why() {
+    let fx = fixture(plain, |topology| topology).await;
+    for group in 0..3 {
+        let master = fx.master(group).await;
+        let _: Value = master
+            .custom(
+                CustomCommand::new_static("CONFIG", None, false),
+                vec!["SET", "maxmemory", "1gb", "maxmemory-policy", "allkeys-lru"],
+            )
+            .await
+            .expect("CONFIG SET");
+    }
+    match fx.locks.acquire("evictable").await {
+        Err(error @ Error::Unavailable { .. }) => {
+            let evicting = error
+                .votes()
+                .iter()
+                .filter(|v| matches!(v.vote, Vote::Evicts { .. }))
+                .count();
+            assert_eq!(evicting, 3, "{error}");
+            assert!(error.to_string().contains("noeviction"), "{error}");
+        }
+        other => panic!("three evicting masters still formed a majority: {other:?}"),
+    }
+    let health = fx.locks.health().await;
+    assert!(
+        matches!(health.groups[0].admission, Admission::Evicts { .. }),
+        "{:?}",
+        health.groups[0]
+    );
+    assert!(
+        health.groups[0]
+            .unsafe_settings
+            .iter()
+            .any(|s| s.contains("maxmemory-policy")),
+        "{:?}",
+        health.groups[0].unsafe_settings
+    );
+    assert!(!health.quorum_available);
+}
