@@ -56,7 +56,7 @@ pub use config::{
 pub use engine::error::{Error, Holder};
 pub use engine::health::{Admission, GroupHealth, Health, ReplicaView};
 pub use engine::inspect::{
-    GroupLockState, GroupView, ListedLock, LockList, LockStatus, MAX_LIST_LIMIT,
+    GroupLockState, GroupView, HolderGroups, ListedLock, LockList, LockStatus, MAX_LIST_LIMIT,
 };
 pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd};
 pub use engine::locks::{

@@ -296,3 +296,48 @@ async fn a_master_that_may_evict_keys_does_not_vote_and_health_says_why() {
     );
     assert!(!health.quorum_available);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_under_two_tokens_is_shown_as_a_split() {
+    let fx = fixture(plain, |topology| topology).await;
+    let record = |owner: &str| format!("{{\"owner\":\"{owner}\"}}");
+    let plant = |token: &'static str, owner: String, groups: std::ops::Range<usize>| {
+        let value = format!("{token}\n{owner}");
+        fx.on_masters(groups, async move |master| {
+            let _: () = master
+                .set(
+                    lock_key("torn"),
+                    value.as_str(),
+                    Some(Expiration::PX(10_000)),
+                    None,
+                    false,
+                )
+                .await
+                .expect("SET");
+        })
+    };
+    plant("0000000000000000000000000000000a", record("agent-a"), 0..2).await;
+    plant("0000000000000000000000000000000b", record("agent-b"), 2..5).await;
+
+    let status = fx.locks.status("torn").await.expect("status");
+    assert!(status.split, "{status:?}");
+    assert_eq!(status.holders.len(), 2);
+    assert_eq!(status.holders[0].owner.as_deref(), Some("agent-b"));
+    assert_eq!(status.holders[0].groups, ["g3", "g4", "g5"]);
+    assert!(status.holders[0].majority);
+    assert_eq!(status.holders[1].groups, ["g1", "g2"]);
+    assert!(!status.holders[1].majority);
+
+    let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .arg("--config")
+        .arg(&config)
+        .args(["status", "torn"])
+        .output()
+        .expect("run quorumlock status");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("SPLIT"), "{text}");
+    assert!(text.contains("agent-a on g1, g2"), "{text}");
+    assert!(text.contains("agent-b on g3, g4, g5"), "{text}");
+    assert!(!text.contains("5 of 5"), "{text}");
+}

@@ -10,8 +10,8 @@ use serde_json::json;
 use super::exit;
 use super::output::{self, duration_ms, or_dash};
 use crate::Error;
+use crate::LockStatus;
 use crate::{Detached, LeaseEnd};
-use crate::{GroupLockState, LockStatus};
 use crate::{Locks, Released};
 
 #[derive(Debug, Clone, Args)]
@@ -117,43 +117,79 @@ fn who_am_i() -> String {
 }
 
 fn status_table(status: &LockStatus, quorum: usize) -> String {
-    let agreeing = status
-        .groups
-        .iter()
-        .filter(|g| g.state == GroupLockState::Held)
-        .count();
-    let verdict = match &status.holder {
-        Some(holder) if status.held => format!(
-            "HELD by {}{}, {} left, fencing token {} ({agreeing} of {} groups hold it; quorum {quorum})",
-            holder.owner.as_deref().unwrap_or("an unnamed owner"),
-            holder
-                .purpose
+    let named = |owner: &Option<String>, purpose: &Option<String>| {
+        format!(
+            "{}{}",
+            owner.as_deref().unwrap_or("an unnamed owner"),
+            purpose
                 .as_deref()
                 .map(|p| format!(" ({p})"))
-                .unwrap_or_default(),
+                .unwrap_or_default()
+        )
+    };
+    let verdict = match (&status.holder, status.holders.first()) {
+        _ if status.split => {
+            let each: Vec<String> = status
+                .holders
+                .iter()
+                .enumerate()
+                .map(|(index, h)| {
+                    format!(
+                        "#{} {} on {} ({} left, fence {})",
+                        index + 1,
+                        named(&h.owner, &h.purpose),
+                        h.groups.join(", "),
+                        duration_ms(h.remaining_ms),
+                        or_dash(h.fencing_token)
+                    )
+                })
+                .collect();
+            format!(
+                "SPLIT: {} tokens hold it; {}; quorum {quorum}",
+                status.holders.len(),
+                each.join("; ")
+            )
+        }
+        (Some(holder), Some(groups)) if status.held => format!(
+            "HELD by {}, {} left, fencing token {} ({} of {} groups hold it; quorum {quorum})",
+            named(&holder.owner, &holder.purpose),
             duration_ms(holder.remaining_ms),
             or_dash(status.fencing_token),
+            groups.groups.len(),
             status.groups.len()
         ),
         _ => format!("FREE (no token holds a majority; quorum {quorum})"),
     };
+    // With a split, each row says which holder its group holds the lock for.
+    let holder_of = |group: &str| {
+        status
+            .holders
+            .iter()
+            .position(|h| h.groups.iter().any(|g| g == group))
+            .map(|index| format!("#{}", index + 1))
+    };
     let rows = status.groups.iter().map(|g| {
-        [
+        let mut row = vec![
             g.group.clone(),
             g.state.to_string(),
             or_dash(g.owner.as_ref()),
             or_dash(g.purpose.as_ref()),
             or_dash(g.remaining_ms.map(duration_ms)),
             or_dash(g.fence),
-        ]
+        ];
+        if status.split {
+            row.push(or_dash(holder_of(&g.group)));
+        }
+        row
     });
+    let mut header = vec!["GROUP", "STATE", "OWNER", "PURPOSE", "REMAINING", "FENCE"];
+    if status.split {
+        header.push("HOLDER");
+    }
     format!(
         "{}: {verdict}\n\n{}",
         status.resource,
-        output::table(
-            ["GROUP", "STATE", "OWNER", "PURPOSE", "REMAINING", "FENCE"],
-            rows
-        )
+        output::table(header, rows)
     )
 }
 

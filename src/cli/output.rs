@@ -1,13 +1,10 @@
 //! How commands print: aligned plain tables for people, JSON for programs (`--json`).
 
-use comfy_table::{ContentArrangement, Table, presets};
+use comfy_table::{ContentArrangement, Row, Table, presets};
 use serde::Serialize;
 
 /// A borderless table with a header row, as `kubectl` or `docker ps` print them.
-pub fn table<const N: usize>(
-    header: [&str; N],
-    rows: impl IntoIterator<Item = [String; N]>,
-) -> String {
+pub fn table(header: impl Into<Row>, rows: impl IntoIterator<Item = impl Into<Row>>) -> String {
     let mut table = Table::new();
     table
         .load_preset(presets::NOTHING)

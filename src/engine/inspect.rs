@@ -85,6 +85,32 @@ pub struct LockStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
     pub groups: Vec<GroupView>,
+    /// Every token some group holds the lock under, with its groups, most groups first.
+    pub holders: Vec<HolderGroups>,
+    /// True when the groups hold the lock under more than one token: a split (a lease that
+    /// expired on some groups, a grant a rollback has not removed yet, or a broken
+    /// assumption). Each holder is listed with its groups.
+    pub split: bool,
+}
+
+/// One token the lock is held under, as the groups holding it see it. The token itself is
+/// a secret and is not shown.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "mcp", derive(schemars::JsonSchema))]
+pub struct HolderGroups {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub purpose: Option<String>,
+    /// The shortest time left on any of its groups.
+    pub remaining_ms: u64,
+    /// The highest fence among its groups: its fencing token, or above it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fencing_token: Option<u64>,
+    /// The groups that hold the lock under this token.
+    pub groups: Vec<String>,
+    /// True when these groups are a majority.
+    pub majority: bool,
 }
 
 /// One current lock, as listed.
@@ -226,12 +252,47 @@ impl Locks {
                 },
             })
             .collect();
+        let mut holders: Vec<HolderGroups> = Vec::new();
+        let mut tokens: Vec<&str> = tally.keys().copied().collect();
+        tokens.sort_by_key(|token| std::cmp::Reverse(tally[token]));
+        for token in tokens {
+            let seen_with: Vec<(&str, &Seen)> = engine
+                .groups
+                .iter()
+                .zip(&seen)
+                .filter_map(|(group, view)| match view {
+                    Some(view) if view.token == token => Some((group.name.as_str(), view)),
+                    _ => None,
+                })
+                .collect();
+            let Some((_, first)) = seen_with.first() else {
+                continue;
+            };
+            holders.push(HolderGroups {
+                owner: first.record.owner.clone(),
+                purpose: first.record.purpose.clone(),
+                remaining_ms: seen_with
+                    .iter()
+                    .map(|(_, v)| v.remaining_ms)
+                    .min()
+                    .unwrap_or(0),
+                fencing_token: seen_with
+                    .iter()
+                    .map(|(_, v)| v.fence)
+                    .max()
+                    .filter(|f| *f > 0),
+                groups: seen_with.iter().map(|(name, _)| name.to_string()).collect(),
+                majority: seen_with.len() >= engine.majority.needed,
+            });
+        }
         Ok(LockStatus {
             resource: resource.to_string(),
             held: leader.is_some(),
             holder,
             fencing_token,
             groups,
+            split: holders.len() > 1,
+            holders,
         })
     }
 

@@ -139,7 +139,12 @@ mod tests {
         );
         answers(
             include_str!("../../lua/acquire.lua"),
-            &[code::HELD, code::GRANTED, code::FENCE_AHEAD, code::ABOVE_POLICY],
+            &[
+                code::HELD,
+                code::GRANTED,
+                code::FENCE_AHEAD,
+                code::ABOVE_POLICY,
+            ],
         );
         answers(
             include_str!("../../lua/extend.lua"),

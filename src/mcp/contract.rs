@@ -226,6 +226,11 @@ pub struct LockStatusResult {
     pub fencing_token: Option<u64>,
     /// Each group's view of the lock.
     pub groups: Vec<GroupStateView>,
+    /// Every holder some group holds the lock for, with its groups, most groups first.
+    pub holders: Vec<crate::HolderGroups>,
+    /// True when groups hold the lock for more than one holder: do not trust `holder` alone;
+    /// the one with the higher fencing token wins at fenced storage.
+    pub split: bool,
     /// The keepalive lease this server runs (or ran) for this resource, if any: `renewing`,
     /// or how it ended (`lost`, `max_hold_reached`).
     #[serde(skip_serializing_if = "Option::is_none")]

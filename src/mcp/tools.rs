@@ -345,6 +345,21 @@ impl LockServer {
         }
         let keepalive = shared.sessions.view(&args.resource);
         let mut summary = match (&status.holder, status.held) {
+            _ if status.split => format!(
+                "`{}` is SPLIT between {} tokens ({}): a broken assumption or a lease that is ending; see holders",
+                status.resource,
+                status.holders.len(),
+                status
+                    .holders
+                    .iter()
+                    .map(|h| format!(
+                        "{} on {}",
+                        describe_holder(h.owner.as_deref(), h.purpose.as_deref()),
+                        h.groups.join(", ")
+                    ))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
             (Some(holder), true) => format!(
                 "`{}` is held by {} for another {} ms (fencing token {})",
                 status.resource,
@@ -369,6 +384,8 @@ impl LockServer {
             holder: status.holder,
             fencing_token: status.fencing_token,
             groups: status.groups,
+            holders: status.holders,
+            split: status.split,
             keepalive,
         };
         Reply::new(summary, &result)
