@@ -12,6 +12,10 @@ end
 if tonumber(ARGV[2]) > policy_max_ttl then
   return {5, policy_max_ttl}
 end
+-- A fence outlives every lease it fenced by far: a day, or a hundred of the longest TTLs.
+-- Proposals follow the clock, so once it expires the next proposal is above it anyway,
+-- unless a client's clock is off by half that much (docs/safety.md, "Fence keys").
+local fence_ttl = math.max(86400000, policy_max_ttl * 100)
 local stored_text = redis.call('GET', KEYS[2])
 local stored = tonumber(stored_text or '0') or 0
 local proposal = tonumber(ARGV[3])
@@ -21,7 +25,7 @@ if stored < proposal then
   -- raises an error, it is never overwritten), else learn who holds it.
   local holder, record = holder_of(redis.call('SET', KEYS[1], value, 'NX', 'PX', ARGV[2], 'GET'))
   if not holder then
-    redis.call('SET', KEYS[2], ARGV[3])
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', fence_ttl)
     return {1}
   end
   if holder ~= ARGV[1] then
@@ -29,7 +33,7 @@ if stored < proposal then
   end
   -- Ours from an earlier round of this attempt, under a lower fence: take the new one.
   redis.call('SET', KEYS[1], value, 'PX', ARGV[2])
-  redis.call('SET', KEYS[2], ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[3], 'PX', fence_ttl)
   return {1}
 end
 local holder, record = holder_of(redis.call('GET', KEYS[1]))

@@ -341,3 +341,26 @@ async fn a_lock_held_under_two_tokens_is_shown_as_a_split() {
     assert!(text.contains("agent-b on g3, g4, g5"), "{text}");
     assert!(!text.contains("5 of 5"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fence_keys_expire_long_after_their_last_grant() {
+    let fx = fixture(plain, |topology| topology).await;
+    let lease = fx.locks.acquire("fenced").await.expect("acquire");
+    lease.release().await.expect("release");
+    let policy = fx.lab.spec().policy();
+    let lifetimes: Vec<i64> = fx
+        .on_masters(fx.groups(), async |master| {
+            master.pttl(fence_key("fenced")).await.expect("PTTL")
+        })
+        .await;
+    for pttl in lifetimes {
+        // -1 would be a fence that never expires: memory that grows with every name locked.
+        assert!(pttl > 0, "a fence key without a TTL");
+        let pttl = pttl as u64;
+        assert!(
+            pttl <= policy.fence_ttl_ms() && pttl > policy.fence_ttl_ms() - 60_000,
+            "fence PTTL {pttl} ms, expected about {} ms",
+            policy.fence_ttl_ms()
+        );
+    }
+}

@@ -25,6 +25,11 @@ pub mod code {
     pub const EVICTS: u64 = 6;
 }
 
+/// The shortest life of a fence key after its last grant.
+pub const FENCE_TTL_FLOOR_MS: u64 = 86_400_000;
+/// A fence key lives at least this many of the policy's longest TTLs after its last grant.
+pub const FENCE_TTL_IN_TTLS: u64 = 100;
+
 /// The lock policy a master holds in `<prefix>:policy`, replicated with its data: the bounds
 /// that decide how long a master that lost data sits out of the vote. The server owns it, so
 /// clients with different configurations agree on the quarantine.
@@ -45,6 +50,13 @@ impl Policy {
     /// stopped accepting writes.
     pub fn quarantine_ms(self) -> u64 {
         self.max_ttl_ms.saturating_add(self.write_window_ms)
+    }
+
+    /// How long a fence key lives after its last grant: long enough that a proposal made
+    /// after it expired is above it (proposals follow the clock), unless a client's clock is
+    /// off by half of it. It bounds the keys kept for resources nobody locks any more.
+    pub fn fence_ttl_ms(self) -> u64 {
+        FENCE_TTL_FLOOR_MS.max(self.max_ttl_ms.saturating_mul(FENCE_TTL_IN_TTLS))
     }
 
     /// The write window of a master with `min-replicas-to-write 1` and this
@@ -145,6 +157,12 @@ mod tests {
                 code::FENCE_AHEAD,
                 code::ABOVE_POLICY,
             ],
+        );
+        assert!(
+            include_str!("../../lua/acquire.lua").contains(&format!(
+                "math.max({FENCE_TTL_FLOOR_MS}, policy_max_ttl * {FENCE_TTL_IN_TTLS})"
+            )),
+            "acquire.lua gives fence keys another lifetime than Policy::fence_ttl_ms"
         );
         answers(
             include_str!("../../lua/extend.lua"),
