@@ -295,6 +295,13 @@ impl Topology {
                 ),
             ));
         }
+        // WAIT with a timeout of 0 blocks until the replicas answer, however long that takes.
+        if self.replica_acks > 0 && self.replica_ack_timeout_ms == 0 {
+            return Err(invalid(
+                "replica_ack_timeout_ms",
+                "must be at least 1 with replica_acks (0 would make WAIT block forever)",
+            ));
+        }
         if self.replica_acks > 0 && self.replica_ack_timeout_ms >= self.call_timeout_ms {
             return Err(invalid(
                 "replica_ack_timeout_ms",
@@ -319,8 +326,12 @@ impl Topology {
             crate::group::security::rustls_config(tls)?;
         }
         let mut names = std::collections::HashSet::new();
+        // Two groups behind one master would give it two votes: the groups must be
+        // independent. Sentinel services are told apart by (Sentinel, service name), since
+        // a failover announced for a name moves every group watched under it.
+        let mut masters = std::collections::HashMap::new();
         for (index, group) in self.groups.iter().enumerate() {
-            group.endpoint_at(index)?;
+            let endpoint = group.endpoint_at(index)?;
             if !names.insert(group.name.as_str()) {
                 return Err(invalid(
                     format!("groups[{index}].name"),
@@ -329,6 +340,32 @@ impl Topology {
                         group.name
                     ),
                 ));
+            }
+            let (key, seen) = match &endpoint {
+                Endpoint::Direct { host, port } => (
+                    "address",
+                    vec![format!("{}:{port}", host.to_ascii_lowercase())],
+                ),
+                Endpoint::Sentinel { sentinels, service } => (
+                    "service",
+                    sentinels
+                        .iter()
+                        .map(|(host, port)| {
+                            format!("{service}@{}:{port}", host.to_ascii_lowercase())
+                        })
+                        .collect(),
+                ),
+            };
+            for master in seen {
+                if let Some(other) = masters.insert(master, group.name.as_str()) {
+                    return Err(invalid(
+                        format!("groups[{index}].{key}"),
+                        format!(
+                            "group `{}` names the same master as group `{other}`: each group must be an independent master (with Sentinel: its own service name)",
+                            group.name
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -507,6 +544,18 @@ mod tests {
             (
                 "retry_delay_ms = 0\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
                 "retry_delay_ms",
+            ),
+            (
+                "replica_acks = 1\nreplica_ack_timeout_ms = 0\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
+                "replica_ack_timeout_ms",
+            ),
+            (
+                "[[groups]]\nname = \"a\"\naddress = \"h:1\"\n[[groups]]\nname = \"b\"\naddress = \"H:1\"",
+                "groups[1].address",
+            ),
+            (
+                "[[groups]]\nname = \"a\"\nsentinels = [\"s:1\", \"s:2\"]\nservice = \"m\"\n[[groups]]\nname = \"b\"\nsentinels = [\"s:2\"]\nservice = \"m\"",
+                "groups[1].service",
             ),
         ];
         for (text, key) in cases {

@@ -364,3 +364,33 @@ async fn fence_keys_expire_long_after_their_last_grant() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_that_gives_up_releases_what_it_still_holds() {
+    let mut fx = fixture(plain, |topology| topology).await;
+    let kept = fx
+        .locks
+        .acquire("abandoned")
+        .ttl(1_500 * MS)
+        .await
+        .expect("acquire")
+        .keepalive();
+    // With three masters frozen the renewals fail, but g4 and g5 keep renewing their part
+    // until the keepalive gives up.
+    for group in 0..3 {
+        fx.lab.freeze(group).await.expect("freeze");
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(5), kept.lost())
+        .await
+        .expect("the keepalive gives up");
+    assert!(matches!(ended, quorumlock::LeaseEnd::Lost(_)), "{ended:?}");
+    // g4 was renewed a moment ago (about 1.4 s left): only a release can clear it this soon.
+    let cleared = common::eventually(Duration::from_millis(500), || async {
+        fx.value_on(3, &lock_key("abandoned")).await.is_none()
+    })
+    .await;
+    for group in 0..3 {
+        fx.lab.thaw(group).await.expect("thaw");
+    }
+    assert!(cleared, "the given-up lease still stands on g4");
+}

@@ -396,8 +396,10 @@ async fn renew(
                 state.send_modify(|s| s.valid_until = lease.valid_until);
                 next = Instant::now() + interval;
             }
+            // Given up: the lease is dropped still open, so its grants are released by token
+            // in the background (a token is never granted again, so this can only take what
+            // is ours), instead of standing until their TTL on the groups that renewed them.
             Err(Error::NotHeld { .. }) => {
-                lease.open = false;
                 end(
                     &state,
                     LeaseEnd::Lost("another holder or an expiry took the lock".into()),
@@ -408,7 +410,6 @@ async fn renew(
                 // Keep trying while the current validity lasts: the quorum may come back.
                 let retry = Instant::now() + (interval / 4).max(Duration::from_millis(1));
                 if retry >= lease.valid_until {
-                    lease.open = false;
                     end(
                         &state,
                         LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),
