@@ -394,3 +394,39 @@ async fn a_keepalive_that_gives_up_releases_what_it_still_holds() {
     }
     assert!(cleared, "the given-up lease still stands on g4");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_dropped_without_close_leaves_no_connection_behind() {
+    let fx = fixture(plain, |topology| topology).await;
+    let observer = fx.master(0).await;
+    let connected = async || {
+        let list: String = observer
+            .custom(
+                CustomCommand::new_static("CLIENT", None, false),
+                vec!["LIST"],
+            )
+            .await
+            .expect("CLIENT LIST");
+        list.lines().count()
+    };
+    let before = connected().await;
+    let other = connect(fx.topology.clone()).await;
+    // A waiter makes the client subscribe too.
+    let _ = other
+        .acquire("dropped")
+        .wait(Duration::from_millis(50))
+        .await;
+    let during = connected().await;
+    assert!(during > before, "the second client never connected");
+    drop(other);
+    let closed = common::eventually(Duration::from_secs(3), || async {
+        connected().await == before
+    })
+    .await;
+    assert!(
+        closed,
+        "{} connections before the client, {during} with it, {} after it was dropped",
+        before,
+        connected().await
+    );
+}

@@ -11,7 +11,7 @@ use fred::clients::SubscriberClient;
 use fred::prelude::*;
 use fred::types::Message;
 use tokio::sync::{Notify, OnceCell, broadcast};
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::group::connection::{Connection, keep_connected, shut_all};
 use crate::group::{Group, RECONNECT_DELAY};
@@ -32,7 +32,7 @@ struct Subscribers {
     clients: Vec<SubscriberClient>,
     /// The clients' connection tasks, taken by `stop`.
     connections: Mutex<Vec<Connection>>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<AbortOnDropHandle<()>>,
 }
 
 /// The engine's release subscriptions, shared by every waiter.
@@ -192,10 +192,15 @@ async fn start(groups: &[Group], channels: Channels) -> Subscribers {
             connections.push(keep_connected(&client, RECONNECT_DELAY));
         }
         // Subscriptions come back by themselves after a reconnect or a failover.
-        subscribers.tasks.push(client.manage_subscriptions());
         subscribers
             .tasks
-            .push(tokio::spawn(route(client.message_rx(), channels.clone())));
+            .push(AbortOnDropHandle::new(client.manage_subscriptions()));
+        subscribers
+            .tasks
+            .push(AbortOnDropHandle::new(tokio::spawn(route(
+                client.message_rx(),
+                channels.clone(),
+            ))));
         subscribers.clients.push(client);
     }
     // Not waited for here: a waiter's subscriptions wait for them, within its own wait.

@@ -9,17 +9,17 @@ use std::time::Duration;
 
 use fred::error::Error as RedisError;
 use fred::interfaces::{ClientLike, EventInterface};
-use tokio::task::JoinHandle;
 use tokio_util::task::AbortOnDropHandle;
 
-/// The task that keeps one client connected; [`shut`] stops it.
-pub(crate) type Connection = JoinHandle<()>;
+/// The task that keeps one client connected; [`shut`] stops it, and so does dropping it, so
+/// an engine dropped without `close` leaves no connection behind.
+pub(crate) type Connection = AbortOnDropHandle<()>;
 
 /// Starts connecting `client`, again `retry` after each failed first connection, until one
 /// succeeds (or the client is closed).
 pub(crate) fn keep_connected<C: ClientLike + 'static>(client: &C, retry: Duration) -> Connection {
     let client = client.clone();
-    tokio::spawn(async move {
+    AbortOnDropHandle::new(tokio::spawn(async move {
         loop {
             // Aborted with this task: fred's own task must not run on after `shut`.
             let running = AbortOnDropHandle::new(client.connect());
@@ -29,7 +29,7 @@ pub(crate) fn keep_connected<C: ClientLike + 'static>(client: &C, retry: Duratio
                 _ => return,
             }
         }
-    })
+    }))
 }
 
 /// [`keep_connected`], then waits at most `limit` for the first connection: `Ok(Ok)` once

@@ -16,6 +16,8 @@ use fred::types::config::{Server, UnresponsiveConfig};
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
 
+use tokio_util::task::AbortOnDropHandle;
+
 use crate::config::{ConfigError, Endpoint, GroupConfig, Topology};
 use crate::group::batch::{Answer, Call, Lane};
 use crate::group::connection::{Connection, connect, shut};
@@ -100,7 +102,7 @@ pub(crate) struct Group {
     /// The task that keeps the client connected, stopped by `quit`.
     connection: Mutex<Option<Connection>>,
     /// Loads the scripts onto every master this client connects to (after failovers too).
-    script_loader: tokio::task::JoinHandle<()>,
+    script_loader: AbortOnDropHandle<()>,
     /// How this group's clients are built, kept for the release subscriber made on demand.
     builder: Builder,
     client: Client,
@@ -300,8 +302,10 @@ impl Group {
             ..Default::default()
         });
         let diagnosis = Arc::new(Diagnosis::default());
-        let script_loader =
-            tokio::spawn(load_scripts_on_reconnect(client.clone(), diagnosis.clone()));
+        let script_loader = AbortOnDropHandle::new(tokio::spawn(load_scripts_on_reconnect(
+            client.clone(),
+            diagnosis.clone(),
+        )));
         let acks = (topology.replica_acks > 0)
             .then_some((topology.replica_acks, topology.replica_ack_timeout_ms));
         let lane = Arc::new(Lane::new(timed.clone(), call_timeout, acks));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fred::prelude::*;
 use tokio::sync::broadcast;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::group::Group;
 use crate::group::connection::{Connection, connect, shut_all};
@@ -36,7 +36,7 @@ pub(crate) struct SentinelWatch {
     subscribers: Vec<Client>,
     /// The subscribers' connection tasks, taken by `stop`.
     connections: Mutex<Vec<Connection>>,
-    tasks: Vec<JoinHandle<()>>,
+    tasks: Vec<AbortOnDropHandle<()>>,
 }
 
 /// Which groups each Sentinel service name belongs to.
@@ -94,12 +94,12 @@ impl SentinelWatch {
         let tasks = subscribers
             .iter()
             .map(|subscriber| {
-                tokio::spawn(listen(
+                AbortOnDropHandle::new(tokio::spawn(listen(
                     subscriber.clone(),
                     services.clone(),
                     handled.clone(),
                     events.clone(),
-                ))
+                )))
             })
             .collect();
         SentinelWatch {
