@@ -173,13 +173,10 @@ async fn bad_input_gets_a_clear_error_and_exit_code() {
         stderr(&missing)
     );
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let broken = dir.path().join("broken.toml");
-    std::fs::write(
-        &broken,
+    let broken = fx.file(
+        "broken.toml",
         "[[groups]]\nname = \"g1\"\nsentinels = [\"127.0.0.1:1\"]\n",
-    )
-    .expect("write");
+    );
     let invalid = quorumlock(&broken, &["status", "x"]).await;
     assert_eq!(invalid.status.code(), Some(2));
     assert!(
@@ -189,7 +186,6 @@ async fn bad_input_gets_a_clear_error_and_exit_code() {
     );
 
     // Ports nothing listens on: every group fails, and the error names them.
-    let unreachable = dir.path().join("unreachable.toml");
     let groups: String = (1..=5)
         .map(|g| {
             format!(
@@ -198,7 +194,7 @@ async fn bad_input_gets_a_clear_error_and_exit_code() {
             )
         })
         .collect();
-    std::fs::write(&unreachable, groups).expect("write");
+    let unreachable = fx.file("unreachable.toml", &groups);
     let down = quorumlock(&unreachable, &["acquire", "x"]).await;
     assert_eq!(down.status.code(), Some(3), "{}", stderr(&down));
     assert!(

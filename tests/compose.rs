@@ -4,8 +4,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use quorumlock::Topology;
 use quorumlock::Endpoint;
+use quorumlock::Topology;
 use yaml_rust2::{Yaml, YamlLoader};
 
 fn compose_dir() -> &'static Path {

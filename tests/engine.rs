@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{fence_key, lock_key, plain_lab, sentinel_lab};
+use common::{
+    Fixture, eventually, fence_key, fixture, lock_key, plain, plain_lab, released_channel,
+    sentinel_lab,
+};
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
 use quorumlock::{Error, LeaseEnd, Locks, Vote};
@@ -116,10 +119,9 @@ async fn ttl_expiry_frees_the_lock_and_stale_tokens_do_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_grants_are_rolled_back() {
-    let fx = sentinel_lab().await;
+    let mut fx = sentinel_lab().await;
     // Another holder owns the lock on a majority (groups 0, 1, 2): our grants on 3 and 4 must go.
-    for group in 0..3 {
-        let client = fx.master(group).await;
+    fx.on_masters(0..3, async |client| {
         let _: Option<String> = client
             .set(
                 lock_key("planted"),
@@ -130,7 +132,8 @@ async fn partial_grants_are_rolled_back() {
             )
             .await
             .expect("plant");
-    }
+    })
+    .await;
     let error = fx
         .locks
         .acquire("planted")
@@ -145,8 +148,7 @@ async fn partial_grants_are_rolled_back() {
     );
 
     // Planted on two groups and one group dead: 2 grants are not a majority, so they go too.
-    for group in 0..2 {
-        let client = fx.master(group).await;
+    fx.on_masters(0..2, async |client| {
         let _: Option<String> = client
             .set(
                 lock_key("planted-two"),
@@ -157,9 +159,9 @@ async fn partial_grants_are_rolled_back() {
             )
             .await
             .expect("plant");
-    }
-    let mut lab = fx.lab;
-    lab.kill(2).await.expect("kill");
+    })
+    .await;
+    fx.lab.kill(2).await.expect("kill");
     let error = fx
         .locks
         .acquire("planted-two")
@@ -167,18 +169,7 @@ async fn partial_grants_are_rolled_back() {
         .expect_err("no majority");
     assert!(matches!(error, Error::Held { .. }), "{error}");
     for group in 3..5 {
-        let node = lab.master_of(group).await.expect("master");
-        let client = Client::new(
-            Config {
-                server: ServerConfig::new_centralized("127.0.0.1", node.port),
-                ..Default::default()
-            },
-            None,
-            None,
-            None,
-        );
-        client.init().await.expect("connect");
-        let value: Option<String> = client.get(lock_key("planted-two")).await.expect("GET");
+        let value = fx.value_on(group, &lock_key("planted-two")).await;
         assert_eq!(value, None, "group {group} kept our partial grant");
     }
 }
@@ -309,41 +300,28 @@ async fn a_frozen_master_does_not_hold_a_waiter_past_its_wait() {
 async fn a_group_down_at_connect_joins_once_it_is_back() {
     let mut fx = plain_lab().await;
     fx.lab.kill(4).await.expect("kill");
-    let locks = Locks::connect(fx.topology.clone())
-        .await
-        .expect("connecting never fails on a group that is down");
+    let locks = fx.client().await;
     assert!(!locks.health().await.groups[4].reachable);
     fx.lab.restart(4).await.expect("restart");
     // Nothing announces a reconnection to the library's user; health is what they see.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let health = locks.health().await;
-        if health.groups[4].reachable {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "g5 was not reached again: {:?}",
-            health.groups[4].error
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reached = eventually(Duration::from_secs(10), || async {
+        locks.health().await.groups[4].reachable
+    })
+    .await;
+    assert!(
+        reached,
+        "g5 was not reached again: {:?}",
+        locks.health().await.groups[4].error
+    );
     locks.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
-    let mut fx = common::fixture(
-        |mut spec| {
-            spec.replicas = 0;
-            spec.sentinels = 0;
-            spec
-        },
-        |mut topology| {
-            topology.call_timeout_ms = 5_000;
-            topology
-        },
-    )
+    let mut fx = fixture(plain, |mut topology| {
+        topology.call_timeout_ms = 5_000;
+        topology
+    })
     .await;
     for group in 0..3 {
         fx.lab.freeze(group).await.expect("freeze");
@@ -408,13 +386,13 @@ async fn fencing_tokens_grow_across_release_expiry_and_data_loss() {
     // A fence far ahead of this host's clock on a majority (another client's fast clock):
     // the same acquire raises its proposal above it instead of going backwards.
     let ahead = fences[fences.len() - 1] + 1_000_000_000;
-    for group in 0..3 {
-        let client = fx.master(group).await;
+    fx.on_masters(0..3, async |client| {
         let _: () = client
             .set(fence_key("fenced"), ahead, None, None, false)
             .await
             .expect("SET fence");
-    }
+    })
+    .await;
     let overtaken = fx
         .locks
         .acquire("fenced")
@@ -438,10 +416,10 @@ async fn scripts_reload_after_script_flush() {
         .release()
         .await
         .expect("release");
-    for group in 0..5 {
-        let client = fx.master(group).await;
+    fx.on_masters(0..5, async |client| {
         let _: () = client.script_flush(false).await.expect("SCRIPT FLUSH");
-    }
+    })
+    .await;
     let lease = fx
         .locks
         .acquire("after-flush")
@@ -515,10 +493,7 @@ async fn keepalive_renews_and_reports_loss_at_once() {
     assert!(kept.ended().is_none());
 
     // Someone force-deletes the lock: the owner hears about it at the next renewal.
-    for group in 0..5 {
-        let client = fx.master(group).await;
-        let _: i64 = client.del(lock_key("kept")).await.expect("DEL");
-    }
+    fx.delete_everywhere(&lock_key("kept")).await;
     let end = tokio::time::timeout(Duration::from_secs(2), kept.lost())
         .await
         .expect("loss reported");
@@ -635,7 +610,7 @@ async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_wake_at_each_release_not_at_their_next_poll() {
     // Retries are 10 s apart: only release announcements can wake the waiters sooner.
-    let fx = common::fixture(
+    let fx = fixture(
         |spec| spec,
         |mut topology| {
             topology.retry_delay_ms = 10_000;
@@ -645,9 +620,7 @@ async fn waiters_wake_at_each_release_not_at_their_next_poll() {
     .await;
     // The first holder is another client: its release reaches our waiters only through the
     // groups' release channel.
-    let other_client = Locks::connect(fx.topology.clone())
-        .await
-        .expect("second client");
+    let other_client = fx.client().await;
     let holder = other_client
         .acquire("wake")
         .ttl(Duration::from_secs(30))
@@ -659,28 +632,11 @@ async fn waiters_wake_at_each_release_not_at_their_next_poll() {
     let first_waiter = wait_for_it(fx.locks.clone());
 
     // The waiter was denied and subscribed once its subscription shows on a master.
-    let master = fx.master(0).await;
-    let channel = "ql:{wake}:released";
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let counts: Vec<fred::types::Value> = master
-            .custom(
-                fred::types::CustomCommand::new_static("PUBSUB", None, false),
-                vec!["NUMSUB", channel],
-            )
-            .await
-            .expect("PUBSUB NUMSUB");
-        if counts
-            .get(1)
-            .and_then(fred::types::Value::as_i64)
-            .unwrap_or(0)
-            > 0
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the waiter never subscribed");
-        tokio::task::yield_now().await;
-    }
+    assert!(
+        fx.subscribed(0, &released_channel("wake"), Duration::from_secs(5))
+            .await,
+        "the waiter never subscribed"
+    );
     // A second waiter of the same client queues behind the first.
     let second_waiter = wait_for_it(fx.locks.clone());
 
@@ -704,24 +660,20 @@ async fn waiters_wake_at_each_release_not_at_their_next_poll() {
 }
 
 /// EVALSHA calls each master has run since its stats were reset.
-async fn evalsha_calls(fx: &common::Fixture) -> Vec<u64> {
-    let mut calls = Vec::new();
-    for group in 0..fx.topology.groups.len() {
-        let client = fx.master(group).await;
+async fn evalsha_calls(fx: &Fixture) -> Vec<u64> {
+    fx.on_masters(fx.groups(), async |client| {
         let stats: String = client
             .info(Some(fred::types::InfoKind::CommandStats))
             .await
             .expect("INFO");
-        let count = stats
+        stats
             .lines()
             .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
             .and_then(|rest| rest.split(',').next())
             .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        calls.push(count);
-        let _ = client.quit().await;
-    }
-    calls
+            .unwrap_or(0)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -729,8 +681,7 @@ async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
     let fx = plain_lab().await;
     // A value of the wrong type makes this resource's script call raise an error on every
     // master; the calls batched with it must not fail with it.
-    for group in 0..fx.topology.groups.len() {
-        let client = fx.master(group).await;
+    fx.on_masters(fx.groups(), async |client| {
         let _: i64 = client
             .lpush(lock_key("batch:poisoned"), "not a lock")
             .await
@@ -739,8 +690,8 @@ async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
             .custom(fred::cmd!("CONFIG"), vec!["RESETSTAT"])
             .await
             .expect("RESETSTAT");
-        let _ = client.quit().await;
-    }
+    })
+    .await;
     const CALLERS: usize = 100;
     let resources: Vec<String> = (0..CALLERS)
         .map(|i| {

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{fixture, lock_key, sentinel_lab};
+use common::{eventually, fixture, lock_key, plain, sentinel_lab};
 use quorumlock::{Error, Locks, Vote};
 
 const MS: Duration = Duration::from_millis(1);
@@ -79,7 +79,7 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
     );
 
     // A client that starts after the failover reads the quarantine from the server itself.
-    let late = Locks::connect(fx.topology.clone()).await.expect("connect");
+    let late = fx.client().await;
     // The vote may be decided before g1 answers; ask until it does.
     let mut late_vote = Vote::NotAwaited;
     for _ in 0..20 {
@@ -96,17 +96,10 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
-    let mut fx = fixture(
-        |mut spec| {
-            spec.replicas = 0;
-            spec.sentinels = 0;
-            spec
-        },
-        |mut topology| {
-            topology.max_ttl_ms = 2_000;
-            topology
-        },
-    )
+    let mut fx = fixture(plain, |mut topology| {
+        topology.max_ttl_ms = 2_000;
+        topology
+    })
     .await;
     let holder = fx
         .locks
@@ -116,24 +109,20 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
         .expect("holder");
     // The vote was decided at the third grant; wait until the last two land too, so the
     // restarts below take the holder's grant away from a majority.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while !fx
-        .values_of(&lock_key("precious"))
-        .await
-        .iter()
-        .all(Option::is_some)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the holder's grant never reached every group"
-        );
-    }
+    let everywhere = eventually(Duration::from_secs(2), || async {
+        fx.values_of(&lock_key("precious"))
+            .await
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    assert!(everywhere, "the holder's grant never reached every group");
 
     // A majority of masters comes back without the holder's grant.
     for group in 0..3 {
         fx.lab.restart(group).await.expect("restart");
     }
-    let contender = Locks::connect(fx.topology.clone()).await.expect("connect");
+    let contender = fx.client().await;
     let first = contender
         .acquire("precious")
         .await

@@ -2,12 +2,14 @@
 //! freeze and thaw, a taken base port, stop and attach. Each test owns a lab in a temporary
 //! directory and checks through its own sockets and /proc, not only through the lab's API.
 
+mod common;
+
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::{poll_until, start_lab, temp_dir};
 use quorumlock::Topology;
 use quorumlock::lab::{Lab, LabError, LabSpec, NodeKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -102,24 +104,6 @@ fn processes_in(dir: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Polls `probe` every 50 ms until it yields a value or `timeout` passes.
-async fn eventually<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return Some(value);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn spec(dir: &Path, groups: usize) -> LabSpec {
     LabSpec {
         groups,
@@ -127,21 +111,10 @@ fn spec(dir: &Path, groups: usize) -> LabSpec {
     }
 }
 
-async fn start(spec: LabSpec) -> Lab {
-    let started = Instant::now();
-    let shape = format!("{} groups, {} Sentinels", spec.groups, spec.sentinels);
-    let lab = Lab::start(spec).await.expect("lab starts");
-    eprintln!(
-        "Lab::start ({shape}) took {} ms",
-        started.elapsed().as_millis()
-    );
-    lab
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn start_serves_every_group_and_drop_kills_every_process() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let lab = start(LabSpec::new(dir.path())).await;
+    let dir = temp_dir();
+    let lab = start_lab(LabSpec::new(dir.path())).await;
 
     let topology = lab.topology();
     assert_eq!(topology.groups.len(), 5);
@@ -212,8 +185,8 @@ async fn start_serves_every_group_and_drop_kills_every_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_promotes_the_replica_and_restart_brings_the_node_back() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut lab = start(spec(dir.path(), 3)).await;
+    let dir = temp_dir();
+    let mut lab = start_lab(spec(dir.path(), 3)).await;
     let before = lab.master_of(1).await.expect("master of g2");
 
     let killed = lab.kill(1).await.expect("kill g2's master");
@@ -222,7 +195,7 @@ async fn kill_promotes_the_replica_and_restart_brings_the_node_back() {
     assert!(!answers_ping(killed.port).await);
 
     let killed_at = Instant::now();
-    let promoted = eventually(Duration::from_secs(20), || async {
+    let promoted = poll_until(Duration::from_secs(20), || async {
         let master = lab.master_of(1).await.ok()?;
         (master.port != killed.port).then_some(master)
     })
@@ -257,8 +230,8 @@ async fn kill_promotes_the_replica_and_restart_brings_the_node_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_master_answers_nothing_until_thawed() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let mut lab = start(spec(dir.path(), 3)).await;
+    let dir = temp_dir();
+    let mut lab = start_lab(spec(dir.path(), 3)).await;
 
     let frozen = lab.freeze(2).await.expect("freeze g3's master");
     assert!(
@@ -304,7 +277,7 @@ async fn a_frozen_master_answers_nothing_until_thawed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_taken_base_port_is_refused_before_anything_starts() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = temp_dir();
     let needed = 3 * 2 + 3;
     // Hold a port in the middle of the block (g3's master) while the rest of the block is free.
     let (listener, base) = (0..20)
@@ -346,13 +319,13 @@ async fn a_taken_base_port_is_refused_before_anything_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stop_removes_the_state_and_open_needs_a_running_lab() {
-    let dir = tempfile::tempdir().expect("temp dir");
+    let dir = temp_dir();
     let error = Lab::open(dir.path()).err().expect("no lab yet");
     assert!(matches!(error, LabError::NoLab { .. }), "{error:?}");
     assert!(error.to_string().contains("quorumlock lab up"), "{error}");
 
     // Plain masters: the cheapest lab, and the direct-address branch of every operation.
-    let mut lab = start(LabSpec {
+    let mut lab = start_lab(LabSpec {
         replicas: 0,
         sentinels: 0,
         ..spec(dir.path(), 3)

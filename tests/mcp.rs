@@ -4,11 +4,10 @@
 mod common;
 mod mcp_support;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{Fixture, plain_lab, sentinel_lab};
-use fred::prelude::{ClientLike, KeysInterface};
+use common::{eventually, plain_lab, released_channel, released_within, sentinel_lab};
 use mcp_support::*;
 use serde_json::{Value, json};
 
@@ -16,67 +15,48 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 /// Lets tests use TTLs short enough to watch a keepalive renew several times.
 const LOW_MIN_TTL: [&str; 2] = ["--min-ttl-ms", "100"];
 
-/// Fails a test that hangs instead of hanging the whole run.
-async fn within<T>(limit: Duration, test: impl Future<Output = T>) -> T {
-    tokio::time::timeout(limit, test)
-        .await
-        .expect("the test took too long")
-}
-
-async fn held(client: &Client, resource: &str) -> bool {
-    ok(client, "lock_status", json!({"resource": resource})).await["held"] == json!(true)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_tools_keep_the_contract_field_by_field() {
-    let fx = sentinel_lab().await;
-    within(Duration::from_secs(60), async {
-        let server = stdio_server(&fx.lab.config_path(), &[]).await;
-        let client = &server.client;
-
-        let tools = client.list_all_tools().await.expect("tools/list");
-        let by_name: HashMap<String, &rmcp::model::Tool> = tools.iter().map(|t| (t.name.to_string(), t)).collect();
-        let names: HashSet<&str> = by_name.keys().map(String::as_str).collect();
-        assert_eq!(
-            names,
-            HashSet::from(["acquire_lock", "release_lock", "extend_lock", "lock_status", "list_locks", "cluster_health"])
-        );
-        for tool in &tools {
-            assert!(tool.output_schema.is_some(), "{} has no output schema", tool.name);
-            let annotations = tool.annotations.as_ref().expect("annotations");
-            let read_only = ["lock_status", "list_locks", "cluster_health"].contains(&&*tool.name);
-            assert_eq!(annotations.read_only_hint, Some(read_only), "{}", tool.name);
-            if tool.name != "acquire_lock" {
-                assert_eq!(annotations.idempotent_hint, Some(true), "{}", tool.name);
-            }
-        }
-        let acquire_description = by_name["acquire_lock"].description.as_deref().unwrap_or_default();
-        assert!(acquire_description.contains("fencing_token") && acquire_description.contains("retry_after_ms"));
-        let schema = serde_json::to_value(&by_name["acquire_lock"].input_schema).expect("schema");
+async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_lock() {
+    tool_contract("acquire_lock", async |client, tool| {
+        let description = tool.description.as_deref().unwrap_or_default();
+        assert!(description.contains("fencing_token") && description.contains("retry_after_ms"));
+        let schema = serde_json::to_value(&tool.input_schema).expect("schema");
         assert_eq!(schema["required"], json!(["resource"]), "{schema}");
-        assert_eq!(schema["properties"]["ttl_ms"]["default"], json!(15000), "{schema}");
-        assert!(by_name["lock_status"].description.as_deref().unwrap_or_default().contains("Advisory"));
+        assert_eq!(
+            schema["properties"]["ttl_ms"]["default"],
+            json!(15000),
+            "{schema}"
+        );
 
         // Granted.
         let started = chrono::Utc::now();
-        let granted = ok(client, "acquire_lock", json!({"resource": "contract:a", "ttl_ms": 20000, "owner": "agent-1", "purpose": "contract test"})).await;
+        let granted = acquire_contract_lock(client).await;
         assert_eq!(granted["acquired"], json!(true));
         assert_eq!(granted["resource"], json!("contract:a"));
         let token = str_of(&granted, "token").to_string();
-        assert!(token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()), "{token}");
+        assert!(
+            token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{token}"
+        );
         let fence = u64_of(&granted, "fencing_token");
         assert!(fence > 0);
         let validity = u64_of(&granted, "validity_ms");
         assert!(validity > 15_000 && validity <= 20_000, "{validity}");
-        let expires = chrono::DateTime::parse_from_rfc3339(str_of(&granted, "expires_at")).expect("RFC 3339");
+        let expires =
+            chrono::DateTime::parse_from_rfc3339(str_of(&granted, "expires_at")).expect("RFC 3339");
         let until = (expires.with_timezone(&chrono::Utc) - started).num_milliseconds();
-        assert!((15_000..=21_000).contains(&until), "expires_at is {until} ms away");
+        assert!(
+            (15_000..=21_000).contains(&until),
+            "expires_at is {until} ms away"
+        );
         assert_eq!(granted["keepalive"], json!(false));
         let quorum = &granted["quorum"];
         assert_eq!(quorum["needed"], json!(3));
         assert!(u64_of(quorum, "granted") >= 3, "{quorum}");
         assert_eq!(quorum["groups"].as_array().map(Vec::len), Some(5));
-        assert!(quorum["groups"][0]["group"].is_string() && quorum["groups"][0]["vote"].is_string());
+        assert!(
+            quorum["groups"][0]["group"].is_string() && quorum["groups"][0]["vote"].is_string()
+        );
         assert!(granted.get("holder").is_none() && granted.get("retry_after_ms").is_none());
 
         // Held by someone else: a normal result, not an error.
@@ -93,7 +73,79 @@ async fn stdio_tools_keep_the_contract_field_by_field() {
         assert!(u64_of(&denied, "retry_after_ms") >= remaining.min(50));
         assert!(denied.get("token").is_none() && denied.get("fencing_token").is_none());
 
-        // Status.
+        // The next holder carries a larger fencing token.
+        release(client, "contract:a", &token).await;
+        let next = ok(client, "acquire_lock", json!({"resource": "contract:a"})).await;
+        assert!(u64_of(&next, "fencing_token") > fence);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_lock_frees_a_lock_only_for_its_token_and_a_second_release_is_a_no_op() {
+    tool_contract("release_lock", async |client, _| {
+        let token = str_of(&acquire_contract_lock(client).await, "token").to_string();
+
+        // A wrong token releases nothing and leaves the lock alone.
+        let wrong = release(client, "contract:a", "0123456789abcdef0123456789abcdef").await;
+        assert_eq!(
+            wrong,
+            json!({"released": false, "resource": "contract:a", "groups_released": 0})
+        );
+        assert!(held(client, "contract:a").await);
+
+        // The right token releases it; a second release is a harmless no-op.
+        let released = release(client, "contract:a", &token).await;
+        assert_eq!(released["released"], json!(true));
+        assert!(u64_of(&released, "groups_released") >= 3);
+        assert!(!held(client, "contract:a").await);
+        let again = release(client, "contract:a", &token).await;
+        assert_eq!(again["released"], json!(false));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extend_lock_renews_a_held_lock_and_refuses_a_released_ones_token() {
+    tool_contract("extend_lock", async |client, _| {
+        let token = str_of(&acquire_contract_lock(client).await, "token").to_string();
+
+        let extended = ok(
+            client,
+            "extend_lock",
+            json!({"resource": "contract:a", "token": token, "ttl_ms": 30000}),
+        )
+        .await;
+        assert_eq!(extended["extended"], json!(true));
+        assert_eq!(extended["resource"], json!("contract:a"));
+        assert!(u64_of(&extended, "validity_ms") > 25_000);
+        chrono::DateTime::parse_from_rfc3339(str_of(&extended, "expires_at")).expect("RFC 3339");
+
+        // Once released, the token extends nothing.
+        release(client, "contract:a", &token).await;
+        let stale = ok(
+            client,
+            "extend_lock",
+            json!({"resource": "contract:a", "token": token, "ttl_ms": 10000}),
+        )
+        .await;
+        assert_eq!(stale["extended"], json!(false));
+        assert!(stale.get("validity_ms").is_none());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_status_shows_the_holder_the_fence_and_every_groups_state() {
+    tool_contract("lock_status", async |client, tool| {
+        assert!(
+            tool.description
+                .as_deref()
+                .unwrap_or_default()
+                .contains("Advisory")
+        );
+        let fence = u64_of(&acquire_contract_lock(client).await, "fencing_token");
+
         let status = ok(client, "lock_status", json!({"resource": "contract:a"})).await;
         assert_eq!(status["resource"], json!("contract:a"));
         assert_eq!(status["held"], json!(true));
@@ -101,59 +153,75 @@ async fn stdio_tools_keep_the_contract_field_by_field() {
         assert_eq!(u64_of(&status, "fencing_token"), fence);
         let groups = status["groups"].as_array().expect("groups");
         assert_eq!(groups.len(), 5);
-        assert!(groups.iter().filter(|g| g["state"] == json!("held")).count() >= 3, "{status}");
-        assert!(groups.iter().all(|g| g["group"].is_string() && g["state"].is_string()));
+        assert!(
+            groups
+                .iter()
+                .filter(|g| g["state"] == json!("held"))
+                .count()
+                >= 3,
+            "{status}"
+        );
+        assert!(
+            groups
+                .iter()
+                .all(|g| g["group"].is_string() && g["state"].is_string())
+        );
         assert!(status.get("keepalive").is_none());
+    })
+    .await;
+}
 
-        // Listing, with a limit that truncates.
-        let second = ok(client, "acquire_lock", json!({"resource": "contract:b", "owner": "agent-2"})).await;
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_locks_lists_held_locks_by_prefix_and_says_when_the_limit_truncates() {
+    tool_contract("list_locks", async |client, _| {
+        acquire_contract_lock(client).await;
+        let second = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "contract:b", "owner": "agent-2"}),
+        )
+        .await;
+        assert!(u64_of(&second, "fencing_token") > 0);
+
         let list = ok(client, "list_locks", json!({"prefix": "contract:"})).await;
         assert_eq!(list["truncated"], json!(false));
         let locks = list["locks"].as_array().expect("locks");
-        assert_eq!(locks.iter().map(|l| l["resource"].clone()).collect::<Vec<_>>(), vec![json!("contract:a"), json!("contract:b")]);
+        assert_eq!(
+            locks
+                .iter()
+                .map(|l| l["resource"].clone())
+                .collect::<Vec<_>>(),
+            vec![json!("contract:a"), json!("contract:b")]
+        );
         assert_eq!(locks[0]["owner"], json!("agent-1"));
         assert_eq!(locks[0]["purpose"], json!("contract test"));
         assert!(u64_of(&locks[0], "remaining_ms") > 0);
-        let limited = ok(client, "list_locks", json!({"prefix": "contract:", "limit": 1})).await;
+        let limited = ok(
+            client,
+            "list_locks",
+            json!({"prefix": "contract:", "limit": 1}),
+        )
+        .await;
         assert_eq!(limited["locks"].as_array().map(Vec::len), Some(1));
         assert_eq!(limited["truncated"], json!(true));
+    })
+    .await;
+}
 
-        // Extend.
-        let extended = ok(client, "extend_lock", json!({"resource": "contract:a", "token": token, "ttl_ms": 30000})).await;
-        assert_eq!(extended["extended"], json!(true));
-        assert_eq!(extended["resource"], json!("contract:a"));
-        assert!(u64_of(&extended, "validity_ms") > 25_000);
-        chrono::DateTime::parse_from_rfc3339(str_of(&extended, "expires_at")).expect("RFC 3339");
-
-        // A wrong token releases nothing and leaves the lock alone.
-        let wrong = ok(client, "release_lock", json!({"resource": "contract:a", "token": "0123456789abcdef0123456789abcdef"})).await;
-        assert_eq!(wrong, json!({"released": false, "resource": "contract:a", "groups_released": 0}));
-        assert!(held(client, "contract:a").await);
-
-        // The right token releases it; a second release is a harmless no-op.
-        let released = ok(client, "release_lock", json!({"resource": "contract:a", "token": token})).await;
-        assert_eq!(released["released"], json!(true));
-        assert!(u64_of(&released, "groups_released") >= 3);
-        assert!(!held(client, "contract:a").await);
-        let again = ok(client, "release_lock", json!({"resource": "contract:a", "token": token})).await;
-        assert_eq!(again["released"], json!(false));
-        let stale = ok(client, "extend_lock", json!({"resource": "contract:a", "token": token, "ttl_ms": 10000})).await;
-        assert_eq!(stale["extended"], json!(false));
-        assert!(stale.get("validity_ms").is_none());
-
-        // The next holder carries a larger fencing token.
-        let next = ok(client, "acquire_lock", json!({"resource": "contract:a"})).await;
-        assert!(u64_of(&next, "fencing_token") > fence);
-        assert!(u64_of(&second, "fencing_token") > 0);
-
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_health_reports_the_quorum_and_every_group_reachable_with_its_latency() {
+    tool_contract("cluster_health", async |client, _| {
         let health = ok(client, "cluster_health", json!({})).await;
         assert_eq!(health["quorum_available"], json!(true));
         assert_eq!(health["needed"], json!(3));
         assert_eq!(health["reachable"], json!(5));
         let groups = health["groups"].as_array().expect("groups");
         assert_eq!(groups.len(), 5);
-        assert!(groups.iter().all(|g| g["reachable"] == json!(true) && g["latency_ms"].is_number()));
-        server.close().await;
+        assert!(
+            groups
+                .iter()
+                .all(|g| g["reachable"] == json!(true) && g["latency_ms"].is_number())
+        );
     })
     .await;
 }
@@ -312,13 +380,10 @@ async fn two_http_sessions_contend_for_one_resource() {
             json!({"resource": "shared:doc", "owner": "bob", "wait_ms": 10000}),
         );
         let alice_releases = async {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            ok(
-                &alice,
-                "release_lock",
-                json!({"resource": "shared:doc", "token": token}),
-            )
-            .await
+            // Bob is waiting once his waiter has subscribed to the lock's release channel.
+            fx.subscribed(0, &released_channel("shared:doc"), Duration::from_secs(5))
+                .await;
+            release(&alice, "shared:doc", &token).await
         };
         let (second, released) = tokio::join!(bob_waits, alice_releases);
         assert_eq!(released["released"], json!(true));
@@ -400,12 +465,7 @@ async fn a_keepalive_lease_outlives_three_ttls_while_its_client_lives() {
             assert_eq!(status["keepalive"]["state"], json!("renewing"));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let released = ok(
-            client,
-            "release_lock",
-            json!({"resource": "long:job", "token": str_of(&granted, "token")}),
-        )
-        .await;
+        let released = release(client, "long:job", str_of(&granted, "token")).await;
         assert_eq!(released["released"], json!(true));
         assert!(!held(client, "long:job").await);
         // Released on request: the renewal stopped, the lock stays free.
@@ -464,10 +524,7 @@ async fn keepalive_leases_are_released_when_the_http_session_is_deleted() {
         client.cancel().await.expect("DELETE the session");
         for resource in ["session:a", "session:b", "session:c"] {
             assert!(
-                eventually(Duration::from_secs(3), || async {
-                    !held(&observer, resource).await
-                })
-                .await,
+                released_within(&fx.locks, resource, Duration::from_secs(3)).await,
                 "{resource} was not released when its session was deleted"
             );
         }
@@ -606,7 +663,7 @@ async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
         .await;
         let fence = u64_of(&granted, "fencing_token");
         // Someone wipes the lock behind the lease's back (an operator, a data loss).
-        delete_everywhere(&fx, &common::lock_key("stolen")).await;
+        fx.delete_everywhere(&common::lock_key("stolen")).await;
         let note = tokio::time::timeout(Duration::from_secs(5), server.logs.recv())
             .await
             .expect("a logging notification within 5 s")
@@ -623,14 +680,6 @@ async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
         server.close().await;
     })
     .await;
-}
-
-async fn delete_everywhere(fx: &Fixture, key: &str) {
-    for group in 0..fx.topology.groups.len() {
-        let master = fx.master(group).await;
-        let _: i64 = master.del(key).await.expect("DEL");
-        let _ = master.quit().await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -717,8 +766,7 @@ async fn sigterm_ends_a_stdio_server_with_its_client_still_attached() {
     within(Duration::from_secs(60), async {
         // stdout goes to a file, so stdin is read on a blocking thread: the case where a
         // server that only waits for its runtime would never exit.
-        let dir = tempfile::tempdir().expect("temp dir");
-        let out_path = dir.path().join("stdout.jsonl");
+        let out_path = fx.path("stdout.jsonl");
         let out = std::fs::File::create(&out_path).expect("stdout file");
         let mut server = tokio::process::Command::new(BIN)
             .arg("--config")
@@ -791,12 +839,7 @@ async fn a_master_killed_mid_session_does_not_break_it() {
             let resource = format!("during-failover:{round}");
             let granted = ok(client, "acquire_lock", json!({"resource": resource})).await;
             assert_eq!(granted["acquired"], json!(true), "round {round}: {granted}");
-            let released = ok(
-                client,
-                "release_lock",
-                json!({"resource": resource, "token": str_of(&granted, "token")}),
-            )
-            .await;
+            let released = release(client, &resource, str_of(&granted, "token")).await;
             assert_eq!(released["released"], json!(true));
             round += 1;
         }

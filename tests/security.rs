@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::fixture;
+use common::{connect, fixture};
 use quorumlock::{Error, Health, Locks, TlsSettings, Topology};
 
 /// A short per-call timeout keeps the failing connects below quick; the lab is on loopback.
@@ -46,9 +46,7 @@ async fn serves_locks(locks: &Locks, resource: &str) -> Health {
 /// `why`, without panics; health must say `why` for every group too.
 async fn refused(topology: Topology, why: &str) {
     let names: Vec<String> = topology.groups.iter().map(|g| g.name.clone()).collect();
-    let locks = Locks::connect(topology)
-        .await
-        .expect("connecting never fails on unreachable groups");
+    let locks = connect(topology).await;
     let error = locks
         .acquire("refused")
         .ttl(Duration::from_secs(5))
@@ -156,7 +154,7 @@ async fn tls_lab_serves_locks_and_refuses_plain_clients() {
         }),
         ..fx.topology.clone()
     };
-    let locks = Locks::connect(pinned).await.expect("connect");
+    let locks = connect(pinned).await;
     serves_locks(&locks, "pinned-resource").await;
     locks.close().await;
 

@@ -1,26 +1,30 @@
 //! Support for the MCP tests: the real `quorumlock serve` binary as a child process, rmcp's
 //! real clients for stdio and HTTP, a recorder for logging notifications, a raw HTTP request
-//! for status codes, and Drop guards that kill every server by PID even when a test fails.
+//! for status codes, Drop guards that kill every server by PID even when a test fails, and the
+//! set-up the tool-contract tests share.
 
 #![allow(dead_code)]
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use quorumlock::mcp::LISTENING_PREFIX;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, Tool,
 };
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
+
+use crate::common::sentinel_lab;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -381,37 +385,6 @@ pub fn text(result: &CallToolResult) -> String {
         .unwrap_or_default()
 }
 
-/// Polls `check` every 50 ms until it returns true or `limit` passes; returns whether it did.
-pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Whether the quorum reports `resource` free within `limit` (a status that fails counts as
-/// still held).
-pub async fn released_within(locks: &quorumlock::Locks, resource: &str, limit: Duration) -> bool {
-    eventually(limit, || async {
-        !locks
-            .status(resource)
-            .await
-            .map(|status| status.held)
-            .unwrap_or(true)
-    })
-    .await
-}
-
 /// A field as u64, or a panic naming it.
 pub fn u64_of(value: &Value, field: &str) -> u64 {
     value[field]
@@ -424,4 +397,80 @@ pub fn str_of<'v>(value: &'v Value, field: &str) -> &'v str {
     value[field]
         .as_str()
         .unwrap_or_else(|| panic!("`{field}` is not a string in {value}"))
+}
+
+/// Fails a test that hangs instead of hanging the whole run.
+pub async fn within<T>(limit: Duration, test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, test)
+        .await
+        .expect("the test took too long")
+}
+
+/// Whether `lock_status` says `resource` is held.
+pub async fn held(client: &Client, resource: &str) -> bool {
+    ok(client, "lock_status", json!({"resource": resource})).await["held"] == json!(true)
+}
+
+/// The tools the server lists, and whether each is read-only.
+pub const TOOLS: [(&str, bool); 6] = [
+    ("acquire_lock", false),
+    ("release_lock", false),
+    ("extend_lock", false),
+    ("lock_status", true),
+    ("list_locks", true),
+    ("cluster_health", true),
+];
+
+/// The set-up of every tool's contract test: a Sentinel lab, a stdio server on it, and the
+/// tool `name` as tools/list describes it, checked against what every tool promises (the list
+/// holds exactly [`TOOLS`]; the tool has an output schema, its read-only hint, and, unless it
+/// is `acquire_lock`, the idempotent hint). `test` then runs within 60 s, and the server is
+/// closed after it.
+pub async fn tool_contract(name: &str, test: impl AsyncFnOnce(&Client, &Tool)) {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let client = &server.client;
+        let tools = client.list_all_tools().await.expect("tools/list");
+        let by_name: HashMap<String, &Tool> =
+            tools.iter().map(|t| (t.name.to_string(), t)).collect();
+        let names: HashSet<&str> = by_name.keys().map(String::as_str).collect();
+        assert_eq!(names, TOOLS.iter().map(|(name, _)| *name).collect());
+        let tool = by_name[name];
+        assert!(
+            tool.output_schema.is_some(),
+            "{} has no output schema",
+            tool.name
+        );
+        let annotations = tool.annotations.as_ref().expect("annotations");
+        let read_only = TOOLS.contains(&(name, true));
+        assert_eq!(annotations.read_only_hint, Some(read_only), "{}", tool.name);
+        if tool.name != "acquire_lock" {
+            assert_eq!(annotations.idempotent_hint, Some(true), "{}", tool.name);
+        }
+        test(client, tool).await;
+        server.close().await;
+    })
+    .await;
+}
+
+/// Releases `resource` with `token`; returns the result.
+pub async fn release(client: &Client, resource: &str, token: &str) -> Value {
+    ok(
+        client,
+        "release_lock",
+        json!({"resource": resource, "token": token}),
+    )
+    .await
+}
+
+/// The lock the contract tests take first: `contract:a` for 20 s, by agent-1 for "contract
+/// test".
+pub async fn acquire_contract_lock(client: &Client) -> Value {
+    ok(
+        client,
+        "acquire_lock",
+        json!({"resource": "contract:a", "ttl_ms": 20000, "owner": "agent-1", "purpose": "contract test"}),
+    )
+    .await
 }
