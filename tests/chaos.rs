@@ -6,16 +6,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::sentinel_lab;
-use quorumlock::chaos::{ChaosOptions, FencedStore, run};
+use common::{fixture, sentinel_lab};
+use quorumlock::chaos::{ChaosOptions, FencedStore, lab_spec, run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_holds_while_masters_die() {
-    let mut fx = sentinel_lab().await;
     let options = ChaosOptions {
         duration: Duration::from_secs(60),
         ..ChaosOptions::default()
     };
+    let mut fx = fixture(|spec| lab_spec(spec, &options), |topology| topology).await;
     let report = run(&mut fx.lab, &options).await.expect("chaos run");
     eprintln!("{}", report.table());
     assert!(report.is_safe(), "{}", report.table());

@@ -140,12 +140,12 @@ struct Tally {
     valid_writes_rejected: AtomicU64,
 }
 
-/// A lab for chaos runs: its lock policy is the runs' TTL, so a group whose master died or
-/// restarted sits out that long, not the default policy's minute.
-pub fn lab_spec(dir: &std::path::Path, options: &ChaosOptions) -> LabSpec {
+/// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
+/// died or restarted sits out that long, not the default policy's minute.
+pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     LabSpec {
         max_ttl_ms: millis(options.ttl),
-        ..LabSpec::new(dir)
+        ..spec
     }
 }
 

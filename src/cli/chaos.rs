@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::exit;
 use crate::chaos::{ChaosOptions, Fault, run as run_chaos};
-use crate::lab::Lab;
+use crate::lab::{Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -64,7 +64,7 @@ pub async fn run(
     let mut lab = match &temporary {
         Some(dir) => {
             eprintln!("starting a temporary lab in {}", dir.path().display());
-            Lab::start(crate::chaos::lab_spec(dir.path(), &options)).await?
+            Lab::start(crate::chaos::lab_spec(LabSpec::new(dir.path()), &options)).await?
         }
         None => Lab::open(lab_dir)?,
     };

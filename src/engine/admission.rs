@@ -5,11 +5,14 @@
 //! policy that a master lost, from what a majority of groups hold (`Policy::adopt`).
 
 use std::sync::{Arc, PoisonError};
+use std::time::Duration;
 
 use fred::types::Value;
 
+use crate::engine::clock::millis;
+use crate::engine::error::Error;
 use crate::engine::fan_out::fan_out;
-use crate::engine::locks::Engine;
+use crate::engine::locks::{Engine, Locks};
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
 use crate::group::reply::{Reply, integer};
@@ -21,6 +24,79 @@ pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
         max_ttl_ms: integer(values.first())?,
         write_window_ms: integer(values.get(1)).unwrap_or(0),
     })
+}
+
+/// What [`Locks::admit`] did on one group.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupAdmission {
+    pub group: String,
+    /// The policy now in force on the group's master (a policy only grows, so it may be
+    /// larger than the one asked for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Policy>,
+    /// Why the master could not be admitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Locks {
+    /// Admits the masters of `groups` (names; empty: every group) to the vote under at least
+    /// `policy`, after `delay` (zero: at once). For a brand-new deployment, for raising the
+    /// policy, and for masters that lost their data when too few groups hold a policy for
+    /// them to adopt one: then `delay` must cover every lease they may have missed (the
+    /// policy's quarantine). Admitting a master at once that may have missed grants can hand
+    /// one lock to two holders.
+    pub async fn admit(
+        &self,
+        groups: &[String],
+        policy: Policy,
+        delay: Duration,
+    ) -> Result<Vec<GroupAdmission>, Error> {
+        let engine = &self.engine;
+        for name in groups {
+            if !engine.groups.iter().any(|group| &group.name == name) {
+                return Err(Error::invalid(
+                    "group",
+                    format!("`{name}` is not a group of this topology"),
+                ));
+            }
+        }
+        let prefix = &engine.topology.key_prefix;
+        let keys = vec![
+            admission_key(prefix).as_str().into(),
+            policy_key(prefix).as_str().into(),
+        ];
+        let args = vec![
+            Value::from(policy.max_ttl_ms.to_string()),
+            Value::from(policy.write_window_ms.to_string()),
+            Value::from(millis(delay).to_string()),
+        ];
+        let chosen = engine
+            .groups
+            .iter()
+            .filter(|group| groups.is_empty() || groups.contains(&group.name));
+        let admissions = chosen.map(|group| {
+            let (keys, args) = (keys.clone(), args.clone());
+            async move {
+                let reply = group.eval::<Vec<Value>>(&scripts::ADMIT, keys, args).await;
+                let (policy, error) = match reply {
+                    Reply::Answer(values) => match parse_policy(values.get(1..).unwrap_or(&[])) {
+                        Some(policy) => (Some(policy), None),
+                        None => (None, Some(format!("unexpected admit reply {values:?}"))),
+                    },
+                    Reply::Timeout => (None, Some("timeout".to_string())),
+                    Reply::Failed(message) => (None, Some(message)),
+                    Reply::NotSent(reason) => (None, Some(format!("not sent: {reason}"))),
+                };
+                GroupAdmission {
+                    group: group.name.clone(),
+                    policy,
+                    error,
+                }
+            }
+        });
+        Ok(futures::future::join_all(admissions).await)
+    }
 }
 
 impl Engine {

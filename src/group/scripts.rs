@@ -89,3 +89,5 @@ pub(crate) fn all() -> [&'static Script; 9] {
 /// Admits a master's current replication history to the vote under a lock policy (bootstrap
 /// of fresh masters, and raising a policy).
 pub(crate) const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
+/// [`ADMIT_LUA`], run by SHA.
+pub(crate) static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::from_lua(ADMIT_LUA));
