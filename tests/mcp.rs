@@ -894,3 +894,366 @@ async fn three_groups_down_give_the_quorum_error() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_refuses_a_foreign_host_header_like_mcp_does() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+        let bearer = format!("Bearer {TOKEN}");
+        let auth = ("Authorization", bearer.as_str());
+        let [content_type, accept] = MCP_POST_HEADERS;
+
+        // A page on a rebinding domain reaches the loopback server with its own Host header.
+        for host in ["evil.example", "evil.example:80", "localhost.evil.example"] {
+            let (status, body) = raw_http(
+                &server.addr,
+                "POST",
+                "/mcp",
+                &[content_type, accept, auth, ("Host", host)],
+                RAW_INITIALIZE,
+            )
+            .await;
+            assert_eq!(status, 403, "/mcp with Host {host}: {body}");
+            let (status, body) = raw_http(
+                &server.addr,
+                "GET",
+                "/metrics",
+                &[auth, ("Host", host)],
+                b"",
+            )
+            .await;
+            assert_eq!(status, 403, "/metrics with Host {host}: {body}");
+            assert!(!body.contains("quorumlock_mcp_"), "{body}");
+        }
+        // The token is still checked first, as on /mcp.
+        let (status, _) = raw_http(
+            &server.addr,
+            "GET",
+            "/metrics",
+            &[("Host", "evil.example")],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 401);
+        // Loopback names are allowed, with any port.
+        let port = server.addr.rsplit(':').next().expect("port");
+        for host in [
+            server.addr.clone(),
+            format!("localhost:{port}"),
+            "localhost".to_string(),
+        ] {
+            let (status, body) = raw_http(
+                &server.addr,
+                "GET",
+                "/metrics",
+                &[auth, ("Host", &host)],
+                b"",
+            )
+            .await;
+            assert_eq!(status, 200, "/metrics with Host {host}: {body}");
+            assert!(body.contains("quorumlock_mcp_acquisitions_total"), "{body}");
+        }
+        // /healthz stays open to load balancers, whatever the Host.
+        let (status, _) = raw_http(
+            &server.addr,
+            "GET",
+            "/healthz",
+            &[("Host", "evil.example")],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 200);
+
+        // --allowed-host replaces the loopback names on both routes.
+        let named = http_server(
+            &fx.lab.config_path(),
+            Some(TOKEN),
+            &["--allowed-host", "locks.internal"],
+        )
+        .await;
+        for (host, expected) in [("locks.internal:8848", 200), ("127.0.0.1", 403)] {
+            let (status, body) =
+                raw_http(&named.addr, "GET", "/metrics", &[auth, ("Host", host)], b"").await;
+            assert_eq!(status, expected, "/metrics with Host {host}: {body}");
+            let (status, body) = raw_http(
+                &named.addr,
+                "POST",
+                "/mcp",
+                &[content_type, accept, auth, ("Host", host)],
+                RAW_INITIALIZE,
+            )
+            .await;
+            assert_eq!(status, expected, "/mcp with Host {host}: {body}");
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_status_shows_a_keepalive_lease_only_to_the_session_that_keeps_it() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
+        let (alice, mut alice_logs) = server.connect(Some(TOKEN)).await.expect("alice connects");
+        let (bob, _) = server.connect(Some(TOKEN)).await.expect("bob connects");
+        let granted = ok(
+            &alice,
+            "acquire_lock",
+            json!({"resource": "private:job", "ttl_ms": 900, "keepalive": true, "owner": "alice"}),
+        )
+        .await;
+        let fence = u64_of(&granted, "fencing_token");
+
+        let mine = ok(&alice, "lock_status", json!({"resource": "private:job"})).await;
+        assert_eq!(mine["keepalive"]["state"], json!("renewing"), "{mine}");
+        assert_eq!(u64_of(&mine["keepalive"], "fencing_token"), fence);
+        // Bob sees the lock, as everyone may, but not Alice's lease.
+        let theirs = call(&bob, "lock_status", json!({"resource": "private:job"})).await;
+        let summary = text(&theirs);
+        let theirs = theirs.structured_content.expect("structured");
+        assert_eq!(theirs["held"], json!(true), "{theirs}");
+        assert_eq!(theirs["holder"]["owner"], json!("alice"));
+        assert!(theirs.get("keepalive").is_none(), "{theirs}");
+        assert!(!summary.contains("keepalive"), "{summary}");
+
+        // How it ended is Alice's record too.
+        fx.delete_everywhere(&common::lock_key("private:job")).await;
+        let note = tokio::time::timeout(Duration::from_secs(5), alice_logs.recv())
+            .await
+            .expect("a logging notification within 5 s")
+            .expect("notification channel open");
+        assert_eq!(note["state"], json!("lost"));
+        let mine = ok(&alice, "lock_status", json!({"resource": "private:job"})).await;
+        assert_eq!(mine["keepalive"]["state"], json!("lost"), "{mine}");
+        let theirs = ok(&bob, "lock_status", json!({"resource": "private:job"})).await;
+        assert!(theirs.get("keepalive").is_none(), "{theirs}");
+        let _ = alice.cancel().await;
+        let _ = bob.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_leases_beyond_the_per_session_cap_are_refused_and_leave_no_lock() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let cap = [("QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION", "2")];
+        let server = stdio_server_with_env(&fx.lab.config_path(), &[], &cap).await;
+        let client = &server.client;
+        let keep =
+            |resource: &str| json!({"resource": resource, "ttl_ms": 30000, "keepalive": true});
+        let first = ok(client, "acquire_lock", keep("cap:1")).await;
+        assert_eq!(first["keepalive"], json!(true));
+
+        // Two at once for the last slot: exactly one gets it, and the other's lock, even if it
+        // was granted before the cap was seen, is released before the answer.
+        let (a, b) = tokio::join!(
+            call(client, "acquire_lock", keep("cap:race-a")),
+            call(client, "acquire_lock", keep("cap:race-b"))
+        );
+        let outcomes = [("cap:race-a", a), ("cap:race-b", b)];
+        let refused: Vec<_> = outcomes
+            .iter()
+            .filter(|(_, result)| result.is_error == Some(true))
+            .collect();
+        assert_eq!(refused.len(), 1, "one of the two is refused");
+        let (lost_race, refusal) = refused[0];
+        assert!(
+            text(refusal).contains("max_keepalive_per_session"),
+            "{}",
+            text(refusal)
+        );
+        assert!(
+            !fx.locks.status(lost_race).await.expect("status").held,
+            "{lost_race} was left locked"
+        );
+
+        // The session is at its cap: a third keepalive lease is refused naming the limit and
+        // its knob, and no lock is taken.
+        let message = tool_error(client, "acquire_lock", keep("cap:3")).await;
+        assert!(
+            message.contains("max_keepalive_per_session (2")
+                && message.contains("QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION"),
+            "{message}"
+        );
+        assert!(
+            !held(client, "cap:3").await,
+            "the refused acquire left a lock"
+        );
+        assert!(!fx.locks.status("cap:3").await.expect("status").held);
+        // Locks without keepalive are not capped; releasing a kept lease frees a slot.
+        let plain = ok(client, "acquire_lock", json!({"resource": "cap:3"})).await;
+        assert_eq!(plain["acquired"], json!(true));
+        release(client, "cap:1", str_of(&first, "token")).await;
+        let again = ok(client, "acquire_lock", keep("cap:4")).await;
+        assert_eq!(again["keepalive"], json!(true));
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalive_leases_beyond_the_server_cap_are_refused_and_leave_no_lock() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let cap = [("QUORUMLOCK_MCP_MAX_KEEPALIVE", "2")];
+        let server = http_server_with_env(&fx.lab.config_path(), Some(TOKEN), &[], &cap).await;
+        let (alice, _) = server.connect(Some(TOKEN)).await.expect("alice connects");
+        let (bob, _) = server.connect(Some(TOKEN)).await.expect("bob connects");
+        let keep =
+            |resource: &str| json!({"resource": resource, "ttl_ms": 30000, "keepalive": true});
+        let alices = ok(&alice, "acquire_lock", keep("fleet:a")).await;
+        ok(&bob, "acquire_lock", keep("fleet:b")).await;
+        let message = tool_error(&bob, "acquire_lock", keep("fleet:c")).await;
+        assert!(
+            message.contains("max_keepalive (2")
+                && message.contains("QUORUMLOCK_MCP_MAX_KEEPALIVE"),
+            "{message}"
+        );
+        assert!(!fx.locks.status("fleet:c").await.expect("status").held);
+        let (status, metrics) = raw_http(
+            &server.addr,
+            "GET",
+            "/metrics",
+            &[("Authorization", &format!("Bearer {TOKEN}"))],
+            b"",
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert!(
+            metrics.contains("quorumlock_mcp_refusals_total{limit=\"max_keepalive\"} 1"),
+            "{metrics}"
+        );
+        // Alice's release frees a slot for Bob.
+        release(&alice, "fleet:a", str_of(&alices, "token")).await;
+        ok(&bob, "acquire_lock", keep("fleet:c")).await;
+        let _ = alice.cancel().await;
+        let _ = bob.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_beyond_max_sessions_is_refused_until_one_ends() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let cap = [("QUORUMLOCK_MCP_MAX_SESSIONS", "2")];
+        let server = http_server_with_env(&fx.lab.config_path(), Some(TOKEN), &[], &cap).await;
+        let (first, _) = server.connect(Some(TOKEN)).await.expect("first session");
+        let (second, _) = server.connect(Some(TOKEN)).await.expect("second session");
+
+        let refused = server
+            .connect(Some(TOKEN))
+            .await
+            .err()
+            .expect("a third session is refused");
+        assert!(
+            refused.contains("503") || refused.contains("max_sessions"),
+            "{refused}"
+        );
+        let bearer = format!("Bearer {TOKEN}");
+        let [content_type, accept] = MCP_POST_HEADERS;
+        let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+        let (status, body) = raw_http(&server.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
+        assert_eq!(status, 503, "{body}");
+        assert!(
+            body.contains("max_sessions") && body.contains("QUORUMLOCK_MCP_MAX_SESSIONS"),
+            "{body}"
+        );
+        // Open sessions keep working at the cap.
+        let granted = ok(&second, "acquire_lock", json!({"resource": "sessions:ok"})).await;
+        assert_eq!(granted["acquired"], json!(true));
+
+        // Ending one frees its slot.
+        first.cancel().await.expect("DELETE the first session");
+        let (third, _) = server
+            .connect(Some(TOKEN))
+            .await
+            .expect("a slot is free again");
+        ok(&third, "cluster_health", json!({})).await;
+        let (_, metrics) = raw_http(
+            &server.addr,
+            "GET",
+            "/metrics",
+            &[("Authorization", &bearer)],
+            b"",
+        )
+        .await;
+        assert!(metrics.contains("quorumlock_mcp_sessions 2"), "{metrics}");
+        assert!(
+            metrics.contains("quorumlock_mcp_refusals_total{limit=\"max_sessions\"}"),
+            "{metrics}"
+        );
+        let _ = second.cancel().await;
+        let _ = third.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_beyond_max_concurrent_calls_are_refused_naming_the_limit() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let cap = [("QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS", "1")];
+        let server = stdio_server_with_env(&fx.lab.config_path(), &[], &cap).await;
+        let client = &server.client;
+        let held_lock = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "busy:doc", "ttl_ms": 30000}),
+        )
+        .await;
+        let token = str_of(&held_lock, "token").to_string();
+
+        // One call waits for the lock and takes the only slot; another call meanwhile waits
+        // briefly for a slot and is refused.
+        let waiter = call(
+            client,
+            "acquire_lock",
+            json!({"resource": "busy:doc", "wait_ms": 20000}),
+        );
+        let other = async {
+            assert!(
+                fx.subscribed(0, &released_channel("busy:doc"), Duration::from_secs(5))
+                    .await,
+                "the waiter did not start waiting"
+            );
+            let started = Instant::now();
+            let refused = call(client, "cluster_health", json!({})).await;
+            let waited = started.elapsed();
+            // Then the lock is freed behind the server's back, and the waiter gets it.
+            let released = fx.locks.release("busy:doc", &token).await.expect("release");
+            assert!(released.released);
+            (refused, waited)
+        };
+        let (waited_for_lock, (refused, waited)) = tokio::join!(waiter, other);
+        assert_eq!(
+            refused.is_error,
+            Some(true),
+            "{:?}",
+            refused.structured_content
+        );
+        let message = text(&refused);
+        assert!(
+            message.contains("max_concurrent_calls")
+                && message.contains("QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS"),
+            "{message}"
+        );
+        assert!(
+            waited >= Duration::from_millis(900),
+            "refused after only {waited:?}"
+        );
+        let waited_for_lock = waited_for_lock.structured_content.expect("structured");
+        assert_eq!(
+            waited_for_lock["acquired"],
+            json!(true),
+            "{waited_for_lock}"
+        );
+        // With the slot free again, calls run.
+        let health = ok(client, "cluster_health", json!({})).await;
+        assert_eq!(health["quorum_available"], json!(true));
+        server.close().await;
+    })
+    .await;
+}

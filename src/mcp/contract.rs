@@ -232,7 +232,7 @@ pub struct LockStatusResult {
     /// the one with the higher fencing token wins at fenced storage.
     pub split: bool,
     /// The keepalive lease this server runs (or ran) for this resource, if any: `renewing`,
-    /// or how it ended (`lost`, `max_hold_reached`).
+    /// or how it ended (`lost`, `max_hold_reached`). Only a lease of your own session shows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<KeepaliveView>,
 }

@@ -1,5 +1,5 @@
-//! The rmcp server handler: server info, tool dispatch with per-call metrics, and which
-//! session a request belongs to.
+//! The rmcp server handler: server info, tool dispatch with per-call metrics and the cap on
+//! concurrent calls, and which session a request belongs to.
 //!
 //! A [`LockServer`] is only a pointer to the shared state plus the transport it serves; rmcp
 //! may build one per session or one per request, and either is fine because sessions live in
@@ -11,15 +11,15 @@ use std::time::Instant;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Extensions, Implementation, ServerCapabilities,
-    ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Extensions,
+    Implementation, ServerCapabilities, ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 
-use super::Limits;
 use super::metrics::Metrics;
 use super::sessions::{SessionKey, SessionRegistry, level_rank};
+use super::{CALL_SLOT_WAIT, Capacity, Limits, MAX_CONCURRENT_CALLS_ENV};
 use crate::Locks;
 
 /// The header that carries the HTTP session id.
@@ -36,20 +36,25 @@ A tool error about quorum means the lock service itself is degraded: check clust
 pub struct Shared {
     pub locks: Locks,
     pub limits: Limits,
+    pub capacity: Capacity,
     pub metrics: Arc<Metrics>,
     pub sessions: Arc<SessionRegistry>,
     pub router: ToolRouter<LockServer>,
+    /// One permit per tool call running, `capacity.max_concurrent_calls` in all.
+    calls: tokio::sync::Semaphore,
 }
 
 impl Shared {
-    pub fn new(locks: Locks, limits: Limits) -> Shared {
+    pub fn new(locks: Locks, limits: Limits, capacity: Capacity) -> Shared {
         let metrics = Arc::new(Metrics::new());
         Shared {
             locks,
             limits,
-            sessions: Arc::new(SessionRegistry::new(Arc::clone(&metrics))),
+            capacity,
+            sessions: Arc::new(SessionRegistry::new(Arc::clone(&metrics), &capacity)),
             metrics,
             router: LockServer::tool_router(),
+            calls: tokio::sync::Semaphore::new(capacity.max_concurrent_calls),
         }
     }
 }
@@ -131,6 +136,23 @@ impl ServerHandler for LockServer {
             ));
         }
         let started = Instant::now();
+        // A call beyond max_concurrent_calls waits briefly for a slot (bursts pass), then is
+        // refused: a tool error the agent can read and retry on, without touching the engine.
+        let Ok(Ok(_slot)) = tokio::time::timeout(CALL_SLOT_WAIT, self.shared.calls.acquire()).await
+        else {
+            let max = self.shared.capacity.max_concurrent_calls;
+            tracing::warn!(tool = %name, max_concurrent_calls = max, "refused a tool call: max_concurrent_calls reached");
+            self.shared.metrics.refused("max_concurrent_calls");
+            self.shared
+                .metrics
+                .tool_call(&name, false, started.elapsed());
+            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
+                ContentBlock::text(format!(
+                    "the server is busy: {max} tool calls are already running, its max_concurrent_calls (set by {MAX_CONCURRENT_CALLS_ENV}), and none finished within {} ms; `{name}` was not run. Retry in a moment",
+                    CALL_SLOT_WAIT.as_millis()
+                )),
+            ])));
+        };
         let response = router
             .call(ToolCallContext::new(self, request, context))
             .await;

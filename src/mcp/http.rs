@@ -1,6 +1,11 @@
 //! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` for
-//! load balancers), bearer authentication, and a graceful shutdown that releases every
-//! keepalive lease before the process exits.
+//! load balancers), bearer authentication, the `Host` check and the session cap, and a
+//! graceful shutdown that releases every keepalive lease before the process exits.
+//!
+//! `/mcp` and `/metrics` both need the bearer token and an allowed `Host`: the layers run
+//! token, then `Host` ([`require_allowed_host`], for both routes; rmcp checks `/mcp` again
+//! with the same list), then, on `/mcp`, the session cap. `/healthz` needs neither: it reveals
+//! nothing and load balancers probe it by address.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::auth::{BearerToken, require_bearer};
 use super::handler::{LockServer, Transport};
-use super::http_sessions::TrackedSessions;
+use super::hosts::{AllowedHosts, require_allowed_host};
+use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
 use super::metrics::{CONTENT_TYPE, Metrics};
 use super::{McpServer, RELEASE_ON_SHUTDOWN_TIMEOUT, ServeError};
 
@@ -34,8 +40,8 @@ pub struct HttpOptions {
     pub listen: String,
     /// Required on every route but `/healthz`. Must be set unless `listen` is loopback.
     pub token: Option<BearerToken>,
-    /// `Host` header values accepted on `/mcp` (DNS-rebinding protection). Empty: loopback
-    /// names only.
+    /// `Host` header values accepted on `/mcp` and `/metrics` (DNS-rebinding protection).
+    /// Empty: loopback names only.
     pub allowed_hosts: Vec<String>,
     /// A session without requests for this long is closed and its keepalive leases released.
     pub session_idle: Duration,
@@ -75,32 +81,43 @@ pub async fn serve_http(
         tracing::warn!(%addr, "serving HTTP without a bearer token (allowed on loopback only); set QUORUMLOCK_MCP_TOKEN to require one");
     }
     if options.allowed_hosts.is_empty() && !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "no --allowed-host given: /mcp only accepts Host headers naming localhost, 127.0.0.1 or ::1");
+        tracing::warn!(%addr, "no --allowed-host given: /mcp and /metrics only accept Host headers naming localhost, 127.0.0.1 or ::1");
     }
 
     let stop = CancellationToken::new();
-    let mut config = StreamableHttpServerConfig::default()
+    let hosts = Arc::new(AllowedHosts::new(&options.allowed_hosts));
+    let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
-        .with_max_request_body_bytes(MAX_REQUEST_BYTES);
-    if !options.allowed_hosts.is_empty() {
-        config = config.with_allowed_hosts(options.allowed_hosts.clone());
-    }
+        .with_max_request_body_bytes(MAX_REQUEST_BYTES)
+        .with_allowed_hosts(hosts.entries().to_vec());
     let shared = Arc::clone(&server.shared);
     let sessions = Arc::new(TrackedSessions::new(
         Arc::clone(&shared.sessions),
+        Arc::clone(&shared.metrics),
         options.session_idle,
+        shared.capacity.max_sessions,
     ));
     let mcp = StreamableHttpService::new(
         move || Ok(LockServer::new(Arc::clone(&shared), Transport::Http)),
-        sessions,
+        Arc::clone(&sessions),
         config,
     );
-    let protected = Router::new()
+    let mcp = Router::new()
         .nest_service("/mcp", mcp)
-        .route(
-            "/metrics",
-            get(metrics).with_state(Arc::clone(&server.shared.metrics)),
-        )
+        .layer(axum::middleware::from_fn_with_state(
+            sessions,
+            refuse_beyond_max_sessions,
+        ));
+    let metrics_route = Router::new().route(
+        "/metrics",
+        get(metrics).with_state(Arc::clone(&server.shared.metrics)),
+    );
+    let protected = mcp
+        .merge(metrics_route)
+        .layer(axum::middleware::from_fn_with_state(
+            hosts,
+            require_allowed_host,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             options.token.clone(),
             require_bearer,

@@ -30,6 +30,12 @@ struct ToolName {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitName {
+    /// The capacity field that was reached, e.g. `max_keepalive_per_session`.
+    limit: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GroupName {
     group: String,
 }
@@ -53,6 +59,8 @@ pub struct Metrics {
     keepalive_active: Gauge,
     keepalive_lost: Counter,
     keepalive_max_hold: Counter,
+    sessions: Gauge,
+    refusals: Family<LimitName, Counter>,
 }
 
 impl Default for Metrics {
@@ -130,6 +138,18 @@ impl Metrics {
             "Keepalive leases released because they reached max_hold_ms",
             keepalive_max_hold.clone(),
         );
+        let sessions = Gauge::default();
+        registry.register(
+            "sessions",
+            "HTTP sessions open right now (at most max_sessions)",
+            sessions.clone(),
+        );
+        let refusals = Family::<LimitName, Counter>::default();
+        registry.register(
+            "refusals",
+            "Sessions, keepalive leases and tool calls refused because a capacity limit was reached, by limit",
+            refusals.clone(),
+        );
         Metrics {
             registry,
             tool_calls,
@@ -143,6 +163,8 @@ impl Metrics {
             keepalive_active,
             keepalive_lost,
             keepalive_max_hold,
+            sessions,
+            refusals,
         }
     }
 
@@ -226,5 +248,18 @@ impl Metrics {
 
     pub(crate) fn keepalive_max_hold(&self) {
         self.keepalive_max_hold.inc();
+    }
+
+    pub(crate) fn sessions(&self, open: usize) {
+        self.sessions.set(i64::try_from(open).unwrap_or(i64::MAX));
+    }
+
+    /// A request refused at the capacity limit `limit` (a [`crate::mcp::Capacity`] field).
+    pub(crate) fn refused(&self, limit: &str) {
+        self.refusals
+            .get_or_create(&LimitName {
+                limit: limit.to_string(),
+            })
+            .inc();
     }
 }

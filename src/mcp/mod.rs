@@ -17,15 +17,16 @@
 //! - `sessions`: keepalive leases by session, released when their session ends.
 //! - `metrics`: Prometheus metrics for `/metrics`.
 //! - `auth`: the HTTP bearer token, compared in constant time.
+//! - `hosts`: the `Host` header check (DNS-rebinding protection) for `/mcp` and `/metrics`.
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
 //! - `http`: the axum app (`/mcp`, `/healthz`, `/metrics`) and its graceful shutdown.
 //! - `stdio`: one session over stdin and stdout.
 
 mod arguments;
 mod auth;
-
 mod contract;
 mod handler;
+mod hosts;
 mod http;
 mod http_sessions;
 mod metrics;
@@ -56,6 +57,114 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// How long shutdown waits for keepalive leases to be released before giving up on them
 /// (their TTL frees them anyway).
 pub const RELEASE_ON_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default most HTTP sessions one server process keeps open at once.
+pub const DEFAULT_MAX_SESSIONS: usize = 1024;
+/// Default most keepalive leases one session may hold at once.
+pub const DEFAULT_MAX_KEEPALIVE_PER_SESSION: usize = 64;
+/// Default most keepalive leases one server process renews at once, over all sessions.
+pub const DEFAULT_MAX_KEEPALIVE: usize = 4096;
+/// Default most tool calls one server process runs at once, over all sessions.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 256;
+/// How long a tool call waits for a free slot while `max_concurrent_calls` calls run, before
+/// it is refused with a tool error naming the limit.
+pub const CALL_SLOT_WAIT: Duration = Duration::from_secs(1);
+
+/// Environment variable that sets [`Capacity::max_sessions`].
+pub const MAX_SESSIONS_ENV: &str = "QUORUMLOCK_MCP_MAX_SESSIONS";
+/// Environment variable that sets [`Capacity::max_keepalive_per_session`].
+pub const MAX_KEEPALIVE_PER_SESSION_ENV: &str = "QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION";
+/// Environment variable that sets [`Capacity::max_keepalive`].
+pub const MAX_KEEPALIVE_ENV: &str = "QUORUMLOCK_MCP_MAX_KEEPALIVE";
+/// Environment variable that sets [`Capacity::max_concurrent_calls`].
+pub const MAX_CONCURRENT_CALLS_ENV: &str = "QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS";
+
+/// How much of the server one client may take: caps on sessions, keepalive leases and calls
+/// in flight, so that a single client (buggy or hostile) cannot exhaust the process. Every
+/// refusal names the limit it hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capacity {
+    /// Open HTTP sessions; an `initialize` beyond it gets `503`.
+    pub max_sessions: usize,
+    /// Keepalive leases of one session; `acquire_lock` with `keepalive: true` beyond it is a
+    /// tool error and acquires nothing.
+    pub max_keepalive_per_session: usize,
+    /// Keepalive leases of the whole server; same refusal.
+    pub max_keepalive: usize,
+    /// Tool calls running at once; a call beyond it waits up to [`CALL_SLOT_WAIT`] for a free
+    /// slot, then is a tool error.
+    pub max_concurrent_calls: usize,
+}
+
+impl Default for Capacity {
+    fn default() -> Self {
+        Capacity {
+            max_sessions: DEFAULT_MAX_SESSIONS,
+            max_keepalive_per_session: DEFAULT_MAX_KEEPALIVE_PER_SESSION,
+            max_keepalive: DEFAULT_MAX_KEEPALIVE,
+            max_concurrent_calls: DEFAULT_MAX_CONCURRENT_CALLS,
+        }
+    }
+}
+
+impl Capacity {
+    /// The defaults, each overridden by its environment variable when set
+    /// ([`MAX_SESSIONS_ENV`], [`MAX_KEEPALIVE_PER_SESSION_ENV`], [`MAX_KEEPALIVE_ENV`],
+    /// [`MAX_CONCURRENT_CALLS_ENV`]). A value that is not a positive integer is an error
+    /// naming the variable.
+    pub fn from_env() -> Result<Capacity, ServeError> {
+        let read = |name: &str, default: usize| -> Result<usize, ServeError> {
+            match std::env::var(name) {
+                Err(std::env::VarError::NotPresent) => Ok(default),
+                Err(std::env::VarError::NotUnicode(_)) => Err(ServeError::Capacity(format!(
+                    "{name} must be a positive integer"
+                ))),
+                Ok(text) => text.trim().parse().map_err(|_| {
+                    ServeError::Capacity(format!("{name} must be a positive integer, not {text:?}"))
+                }),
+            }
+        };
+        let defaults = Capacity::default();
+        let capacity = Capacity {
+            max_sessions: read(MAX_SESSIONS_ENV, defaults.max_sessions)?,
+            max_keepalive_per_session: read(
+                MAX_KEEPALIVE_PER_SESSION_ENV,
+                defaults.max_keepalive_per_session,
+            )?,
+            max_keepalive: read(MAX_KEEPALIVE_ENV, defaults.max_keepalive)?,
+            max_concurrent_calls: read(MAX_CONCURRENT_CALLS_ENV, defaults.max_concurrent_calls)?,
+        };
+        capacity.validate()?;
+        Ok(capacity)
+    }
+
+    /// Checks that every cap admits at least one of its kind.
+    pub fn validate(&self) -> Result<(), ServeError> {
+        let caps = [
+            ("max_sessions", MAX_SESSIONS_ENV, self.max_sessions),
+            (
+                "max_keepalive_per_session",
+                MAX_KEEPALIVE_PER_SESSION_ENV,
+                self.max_keepalive_per_session,
+            ),
+            ("max_keepalive", MAX_KEEPALIVE_ENV, self.max_keepalive),
+            (
+                "max_concurrent_calls",
+                MAX_CONCURRENT_CALLS_ENV,
+                self.max_concurrent_calls,
+            ),
+        ];
+        for (field, env, value) in caps {
+            if value == 0 || value > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(ServeError::Capacity(format!(
+                    "{field} ({env}) must be between 1 and {}, not {value}",
+                    tokio::sync::Semaphore::MAX_PERMITS
+                )));
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Bounds the server puts on what agents may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +208,8 @@ impl Limits {
 pub enum ServeError {
     #[error("invalid TTL bounds: {0}")]
     Limits(String),
+    #[error("invalid server capacity: {0}")]
+    Capacity(String),
     #[error(
         "refusing to serve HTTP on {addr} without a bearer token: set QUORUMLOCK_MCP_TOKEN or pass --token-file (only loopback addresses may run without one)"
     )]
@@ -125,20 +236,36 @@ pub enum ServeError {
     Session(String),
 }
 
-/// What every session of one server process shares: the engine, the bounds, the keepalive
-/// registry and the metrics. Cheap to clone.
+/// What every session of one server process shares: the engine, the bounds and capacity, the
+/// keepalive registry and the metrics. Cheap to clone.
 #[derive(Clone)]
 pub struct McpServer {
     shared: Arc<handler::Shared>,
 }
 
 impl McpServer {
-    /// A server over connected `locks`.
+    /// A server over connected `locks`, with the [`Capacity`] its environment variables set
+    /// (the defaults when unset).
     pub fn new(locks: Locks, limits: Limits) -> Result<McpServer, ServeError> {
+        McpServer::with_capacity(locks, limits, Capacity::from_env()?)
+    }
+
+    /// A server over connected `locks` with an explicit `capacity`.
+    pub fn with_capacity(
+        locks: Locks,
+        limits: Limits,
+        capacity: Capacity,
+    ) -> Result<McpServer, ServeError> {
         limits.validate(locks.topology().max_ttl())?;
+        capacity.validate()?;
         Ok(McpServer {
-            shared: Arc::new(handler::Shared::new(locks, limits)),
+            shared: Arc::new(handler::Shared::new(locks, limits, capacity)),
         })
+    }
+
+    /// The caps this server enforces.
+    pub fn capacity(&self) -> Capacity {
+        self.shared.capacity
     }
 
     /// The metrics this server records (also served at `/metrics`).
@@ -150,5 +277,31 @@ impl McpServer {
     /// until the releases are done. New keepalive leases are refused from then on.
     pub async fn release_all(&self, timeout: Duration) {
         self.shared.sessions.shutdown(timeout).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_capacity_cap_must_admit_one_and_a_zero_is_named() {
+        assert!(Capacity::default().validate().is_ok());
+        let zero_calls = Capacity {
+            max_concurrent_calls: 0,
+            ..Capacity::default()
+        };
+        let message = zero_calls.validate().err().map(|e| e.to_string());
+        assert!(
+            message.as_deref().is_some_and(
+                |m| m.contains("max_concurrent_calls (QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS)")
+            ),
+            "{message:?}"
+        );
+        let zero_sessions = Capacity {
+            max_sessions: 0,
+            ..Capacity::default()
+        };
+        assert!(zero_sessions.validate().is_err());
     }
 }

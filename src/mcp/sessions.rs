@@ -7,8 +7,13 @@
 //! a fresh handler per request: nothing per-session lives in a handler.
 //!
 //! Each lease is owned by one task that waits for either its end or a stop request; stopping
-//! means releasing. How a lease ended (lost, capped) is remembered per resource so that
-//! `lock_status` can tell the agent, and the session gets a logging notification.
+//! means releasing. How a lease ended (lost, capped) is remembered per session and resource so
+//! that `lock_status` can tell the agent, and the session gets a logging notification. A
+//! session sees only its own leases and records: another session's keepalive state is none of
+//! its business.
+//!
+//! The registry also enforces the keepalive caps: `max_keepalive_per_session` leases per
+//! session and `max_keepalive` in all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,6 +24,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::contract::{KeepaliveState, KeepaliveView, rfc3339};
 use super::metrics::Metrics;
+use super::{Capacity, MAX_KEEPALIVE_ENV, MAX_KEEPALIVE_PER_SESSION_ENV};
 use crate::Error;
 use crate::Released;
 use crate::{KeptLease, LeaseEnd};
@@ -86,8 +92,8 @@ struct State {
     sessions: HashMap<SessionKey, SessionEntry>,
     /// Live keepalive leases by token.
     leases: HashMap<String, LeaseEntry>,
-    /// The last keepalive lease of a resource that ended other than by release.
-    ended: HashMap<String, EndedLease>,
+    /// A session's last keepalive lease of a resource that ended other than by release.
+    ended: HashMap<(SessionKey, String), EndedLease>,
     /// Set at shutdown: no session may open and no lease may be adopted after it.
     closed: bool,
 }
@@ -95,6 +101,19 @@ struct State {
 /// Why a lease could not be adopted; the lease comes back so the caller releases it.
 pub struct AdoptError {
     pub lease: KeptLease,
+    pub refusal: Refusal,
+}
+
+/// Why a session may not take one more keepalive lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The session ended, or the server is shutting down.
+    Closed,
+    /// The keepalive cap `limit` (a [`Capacity`] field) is reached; `message` names it.
+    Limit {
+        limit: &'static str,
+        message: String,
+    },
 }
 
 /// The shared registry of sessions and their keepalive leases.
@@ -103,14 +122,19 @@ pub struct SessionRegistry {
     /// Lease tasks still running (they may be mid-release), so shutdown can wait for them.
     running: watch::Sender<usize>,
     metrics: Arc<Metrics>,
+    max_per_session: usize,
+    max_total: usize,
 }
 
 impl SessionRegistry {
-    pub fn new(metrics: Arc<Metrics>) -> SessionRegistry {
+    /// A registry enforcing `capacity`'s keepalive caps.
+    pub fn new(metrics: Arc<Metrics>, capacity: &Capacity) -> SessionRegistry {
         SessionRegistry {
             state: Mutex::new(State::default()),
             running: watch::Sender::new(0),
             metrics,
+            max_per_session: capacity.max_keepalive_per_session,
+            max_total: capacity.max_keepalive,
         }
     }
 
@@ -137,6 +161,52 @@ impl SessionRegistry {
         self.lock().sessions.contains_key(session)
     }
 
+    /// Whether `session` may take one more keepalive lease. Checked before acquiring, so that a
+    /// refused call takes no lock at all; [`SessionRegistry::adopt`] checks again.
+    pub fn keepalive_room(&self, session: &SessionKey) -> Result<(), Refusal> {
+        match self.refusal(&self.lock(), session) {
+            None => Ok(()),
+            Some(refusal) => {
+                if let Refusal::Limit { limit, .. } = &refusal {
+                    self.metrics.refused(limit);
+                }
+                Err(refusal)
+            }
+        }
+    }
+
+    /// Why `session` may not take one more keepalive lease, if it may not.
+    fn refusal(&self, state: &State, session: &SessionKey) -> Option<Refusal> {
+        if state.closed || !state.sessions.contains_key(session) {
+            return Some(Refusal::Closed);
+        }
+        let mine = state
+            .leases
+            .values()
+            .filter(|lease| &lease.session == session)
+            .count();
+        if mine >= self.max_per_session {
+            return Some(Refusal::Limit {
+                limit: "max_keepalive_per_session",
+                message: format!(
+                    "refused: this session already holds {mine} keepalive leases, the server's max_keepalive_per_session ({}, set by {MAX_KEEPALIVE_PER_SESSION_ENV}); this call left no lock behind. Release a keepalive lease you no longer need with release_lock, or use keepalive: false and extend_lock",
+                    self.max_per_session
+                ),
+            });
+        }
+        if state.leases.len() >= self.max_total {
+            return Some(Refusal::Limit {
+                limit: "max_keepalive",
+                message: format!(
+                    "refused: this server already renews {} keepalive leases, its max_keepalive ({}, set by {MAX_KEEPALIVE_ENV}); this call left no lock behind. Use keepalive: false and extend_lock, or retry later",
+                    state.leases.len(),
+                    self.max_total
+                ),
+            });
+        }
+        None
+    }
+
     /// Records the lowest logging level the session's client wants.
     pub fn set_min_level(&self, session: &SessionKey, level: u8) {
         if let Some(entry) = self.lock().sessions.get_mut(session) {
@@ -150,6 +220,7 @@ impl SessionRegistry {
         let stops = {
             let mut state = self.lock();
             state.sessions.remove(session);
+            state.ended.retain(|(owner, _), _| owner != session);
             let tokens: Vec<String> = state
                 .leases
                 .iter()
@@ -210,14 +281,19 @@ impl SessionRegistry {
         session: SessionKey,
         peer: Peer<RoleServer>,
         lease: KeptLease,
-    ) -> Result<(), AdoptError> {
+    ) -> Result<(), Box<AdoptError>> {
         let (stop, stopped) = oneshot::channel();
         {
             let mut state = self.lock();
-            if state.closed || !state.sessions.contains_key(&session) {
-                return Err(AdoptError { lease });
+            if let Some(refusal) = self.refusal(&state, &session) {
+                if let Refusal::Limit { limit, .. } = &refusal {
+                    self.metrics.refused(limit);
+                }
+                return Err(Box::new(AdoptError { lease, refusal }));
             }
-            state.ended.remove(lease.resource());
+            state
+                .ended
+                .remove(&(session.clone(), lease.resource().to_string()));
             state.leases.insert(
                 lease.token().to_string(),
                 LeaseEntry {
@@ -254,13 +330,15 @@ impl SessionRegistry {
         Some(stop_lease(entry).await)
     }
 
-    /// What `lock_status` shows about our keepalive lease on `resource`.
-    pub fn view(&self, resource: &str) -> Option<KeepaliveView> {
+    /// What `lock_status` shows `session` about its own keepalive lease on `resource`: never
+    /// another session's, and nothing to a request without a session.
+    pub fn view(&self, session: Option<&SessionKey>, resource: &str) -> Option<KeepaliveView> {
+        let session = session?;
         let state = self.lock();
         if let Some(lease) = state
             .leases
             .values()
-            .find(|lease| lease.resource == resource)
+            .find(|lease| &lease.session == session && lease.resource == resource)
         {
             return Some(KeepaliveView {
                 state: KeepaliveState::Renewing,
@@ -269,7 +347,10 @@ impl SessionRegistry {
                 ended_at: None,
             });
         }
-        state.ended.get(resource).map(|ended| ended.view.clone())
+        state
+            .ended
+            .get(&(session.clone(), resource.to_string()))
+            .map(|ended| ended.view.clone())
     }
 
     /// The lease task: waits for the lease to end or to be stopped.
@@ -341,13 +422,17 @@ impl SessionRegistry {
                     .ended
                     .iter()
                     .min_by_key(|(_, e)| e.ended)
-                    .map(|(r, _)| r.clone())
+                    .map(|(key, _)| key.clone())
             {
                 state.ended.remove(&oldest);
             }
-            state
-                .ended
-                .insert(lease.resource().to_string(), EndedLease { view, ended });
+            // A session that is gone can no longer ask.
+            if state.sessions.contains_key(&session) {
+                state.ended.insert(
+                    (session.clone(), lease.resource().to_string()),
+                    EndedLease { view, ended },
+                );
+            }
             state
                 .sessions
                 .get(&session)

@@ -21,6 +21,7 @@ use super::contract::{
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
+use super::sessions::Refusal;
 use crate::AcquireOptions;
 use crate::Error;
 
@@ -29,7 +30,8 @@ The lock is granted only when a majority of independent Redis groups agree, and 
 If acquired is true: pass fencing_token with every write to the protected resource (storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done. \
 For work longer than one TTL set keepalive: true, and this server renews the lease until you release it or your session ends. \
 If acquired is false, someone else holds it (see holder): that is a normal answer, not an error; do other work and retry after retry_after_ms. \
-A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health.";
+A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health. \
+Keepalive leases are capped per session and per server: beyond a cap the call is a tool error naming the limit, and it leaves no lock behind.";
 
 const RELEASE_LOCK: &str = "Release a lock you hold as soon as you are done with the resource, so others can take it. \
 Pass the resource and the token from acquire_lock. released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone. \
@@ -41,7 +43,8 @@ Not needed for keepalive leases.";
 
 const LOCK_STATUS: &str = "Look at one lock without changing it: whether it is held, by whom (owner, purpose), for how much longer, its fencing token, and each Redis group's view. \
 Advisory only: the answer may be stale a moment later, so never use it in place of acquire_lock. \
-If this server keeps a keepalive lease on the resource, keepalive.state says whether it is still renewing or was lost (then stop writing and acquire again).";
+If this server keeps a keepalive lease on the resource, keepalive.state says whether it is still renewing or was lost (then stop writing and acquire again). \
+Only a keepalive lease of your own session is shown.";
 
 const LIST_LOCKS: &str = "List the locks currently held, optionally only those whose resource name starts with prefix: resource, owner, purpose and time left. \
 Use it to see what other agents are working on. Advisory, like lock_status.";
@@ -108,8 +111,12 @@ impl LockServer {
         output_schema = schema_for_output::<LockStatusResult>(),
         annotations(title = "Show a lock", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn lock_status(&self, arguments: JsonObject) -> CallToolResult {
-        finish(self.status(arguments).await)
+    async fn lock_status(
+        &self,
+        arguments: JsonObject,
+        context: RequestContext<RoleServer>,
+    ) -> CallToolResult {
+        finish(self.status(arguments, &context).await)
     }
 
     #[tool(
@@ -168,6 +175,13 @@ impl LockServer {
                     })?,
             ),
         };
+        // The keepalive caps are checked before the engine is asked, so a refused call takes
+        // no lock (adopting checks again, for calls that raced past this one).
+        if let Some(session) = &session
+            && let Err(Refusal::Limit { message, .. }) = shared.sessions.keepalive_room(session)
+        {
+            return Err(ToolError::failed(message));
+        }
         let options = AcquireOptions {
             ttl,
             wait,
@@ -228,11 +242,22 @@ impl LockServer {
             Some(session) => {
                 let kept = lease.keepalive();
                 if let Err(refused) = shared.sessions.adopt(session, context.peer.clone(), kept) {
-                    // Dropping the kept lease releases it.
-                    drop(refused.lease);
-                    return Err(ToolError::failed(
-                        "the session ended (or the server is shutting down) while the lock was being acquired; it was released again",
-                    ));
+                    return Err(match refused.refusal {
+                        Refusal::Closed => {
+                            // Dropping the kept lease releases it.
+                            drop(refused.lease);
+                            ToolError::failed(
+                                "the session ended (or the server is shutting down) while the lock was being acquired; it was released again",
+                            )
+                        }
+                        Refusal::Limit { message, .. } => {
+                            // Released before answering, so the agent holds nothing it was not told of.
+                            if let Err(error) = refused.lease.release().await {
+                                tracing::warn!(%error, "releasing a lease refused at a keepalive cap failed; its TTL will free it");
+                            }
+                            ToolError::failed(message)
+                        }
+                    });
                 }
             }
             None => {
@@ -327,7 +352,11 @@ impl LockServer {
         Reply::new(summary, &result)
     }
 
-    async fn status(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
+    async fn status(
+        &self,
+        arguments: JsonObject,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Reply, ToolError> {
         let args: LockStatusArgs = decode(arguments)?;
         arguments::resource(&args.resource)?;
         let shared = self.shared();
@@ -343,7 +372,8 @@ impl LockServer {
         {
             shared.metrics.group_error(&group.group);
         }
-        let keepalive = shared.sessions.view(&args.resource);
+        let session = self.session(&context.extensions);
+        let keepalive = shared.sessions.view(session.as_ref(), &args.resource);
         let mut summary = match (&status.holder, status.held) {
             _ if status.split => format!(
                 "`{}` is SPLIT between {} tokens ({}): a broken assumption or a lease that is ending; see holders",

@@ -191,6 +191,16 @@ impl Drop for HttpServer {
 
 /// Starts `quorumlock serve --http 127.0.0.1:0` and waits for its listening line.
 pub async fn http_server(config: &Path, token: Option<&str>, extra: &[&str]) -> HttpServer {
+    http_server_with_env(config, token, extra, &[]).await
+}
+
+/// [`http_server`] with extra environment variables for the server (e.g. capacity limits).
+pub async fn http_server_with_env(
+    config: &Path,
+    token: Option<&str>,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> HttpServer {
     let mut command = tokio::process::Command::new(BIN);
     command
         .arg("--config")
@@ -198,6 +208,7 @@ pub async fn http_server(config: &Path, token: Option<&str>, extra: &[&str]) -> 
         .args(["serve", "--http", "127.0.0.1:0"])
         .args(extra)
         .envs(TEST_ENV)
+        .envs(env.iter().copied())
         .env_remove("QUORUMLOCK_MCP_TOKEN")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -284,7 +295,8 @@ impl HttpServer {
     }
 }
 
-/// One raw HTTP/1.1 request; returns the status code and the body.
+/// One raw HTTP/1.1 request; returns the status code and the body. The `Host` header names
+/// `addr` unless `headers` has one.
 pub async fn raw_http(
     addr: &str,
     method: &str,
@@ -294,9 +306,15 @@ pub async fn raw_http(
 ) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("Host: {addr}\r\n"));
+    }
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -321,6 +339,15 @@ pub async fn raw_http(
         .unwrap_or_default();
     (status, body)
 }
+
+/// A raw `initialize` request body, for [`raw_http`].
+pub const RAW_INITIALIZE: &[u8] = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+/// The headers a raw POST to `/mcp` needs besides the token.
+pub const MCP_POST_HEADERS: [(&str, &str); 2] = [
+    ("Content-Type", "application/json"),
+    ("Accept", "application/json, text/event-stream"),
+];
 
 /// Calls a tool; a JSON-RPC error becomes `Err(message)`.
 pub async fn try_call(
