@@ -2,13 +2,14 @@
 //! itself lives in [`crate::lab`]; this module only parses arguments and prints results.
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Subcommand;
 
 use super::output;
 use crate::Error;
-use crate::lab::{Lab, LabSpec, NodeStatus};
+use crate::lab::relay::{self, LinkClass};
+use crate::lab::{Lab, LabSpec, Node, NodeStatus};
 
 /// `quorumlock lab ...`; group numbers on the command line count from 1 (`g1`).
 #[derive(Debug, Clone, Subcommand)]
@@ -19,7 +20,8 @@ pub enum LabCommand {
   quorumlock lab up                            # 5 groups x (master + replica), 3 Sentinels, free ports
   quorumlock lab up --base-port 7000 --groups 3
   quorumlock lab up --sentinels 0 --replicas 0 # plain masters, no failover
-  quorumlock lab up --tls --password s3cret    # TLS only (private CA in <lab dir>/tls), auth")]
+  quorumlock lab up --tls --password s3cret    # TLS only (private CA in <lab dir>/tls), auth
+  quorumlock lab up --links                    # a relay in front of every node: partition, heal, slow")]
     Up {
         /// First of a block of consecutive ports: masters, then replicas, then Sentinels.
         /// Default: free ports chosen by the OS.
@@ -44,8 +46,13 @@ pub enum LabCommand {
         #[arg(long, env = "QUORUMLOCK_LAB_PASSWORD")]
         password: Option<String>,
         /// Listen on TLS only, with client certificates, under a CA generated in the lab dir.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "links")]
         tls: bool,
+        /// Put a relay in front of every master and replica, so that `lab partition`,
+        /// `lab heal` and `lab slow` can cut and slow its links. Clients, replicas and
+        /// Sentinels use the relays' ports; `lab status` shows both.
+        #[arg(long)]
+        links: bool,
     },
     /// Stop every process of the lab (by PID) and remove its state file.
     Down,
@@ -80,6 +87,52 @@ pub enum LabCommand {
         /// Group number, 1..N (1 is g1).
         group: usize,
     },
+    /// Cut links of the current master of GROUP at its relay (lab started with --links): the
+    /// links stay open but carry nothing, as in a network partition, until `lab heal`.
+    #[command(after_help = "Examples:
+  quorumlock lab partition 2 --from clients             # g2 times out in every vote
+  quorumlock lab partition 1 --from replica,sentinels   # Sentinel promotes g1's replica while
+                                                        # clients that address the old master still reach it
+  quorumlock lab heal 1")]
+    Partition {
+        /// Group number, 1..N (1 is g1).
+        group: usize,
+        /// Which links to cut: clients, replica or sentinels; repeat the flag or separate
+        /// with commas.
+        #[arg(long, value_name = "LINKS", value_delimiter = ',', required = true)]
+        from: Vec<LinkClass>,
+    },
+    /// Lift every cut and every slowdown on every node of GROUP; the links that were cut are
+    /// reset, so their peers reconnect.
+    Heal {
+        /// Group number, 1..N (1 is g1).
+        group: usize,
+    },
+    /// Delay the client links of the current master of GROUP, both ways (lab started with
+    /// --links); replica and Sentinel links keep their speed. `lab heal` ends it.
+    #[command(after_help = "Example:
+  quorumlock lab slow 3 --delay-ms 80 --jitter-ms 40   # every round trip to g3 takes 2 x 40..120 ms")]
+    Slow {
+        /// Group number, 1..N (1 is g1).
+        group: usize,
+        /// Added to every chunk a client link carries, in each direction, in milliseconds.
+        #[arg(long)]
+        delay_ms: u64,
+        /// The delay varies uniformly by up to this much either way, in milliseconds.
+        #[arg(long, default_value_t = 0)]
+        jitter_ms: u64,
+    },
+    /// Run one relay (the lab starts one per node with --links): listen on --listen, forward
+    /// to --target, take control commands on --control; runs until killed.
+    #[command(hide = true)]
+    Relay {
+        #[arg(long)]
+        listen: u16,
+        #[arg(long)]
+        target: u16,
+        #[arg(long)]
+        control: u16,
+    },
 }
 
 /// Runs one `lab` subcommand against the lab in `dir`.
@@ -94,7 +147,18 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             failover_timeout_ms,
             password,
             tls,
+            links,
         } => {
+            // The relays are this very executable, run as `quorumlock lab relay`.
+            let binary = if links {
+                Some(std::env::current_exe().map_err(|error| {
+                    anyhow::anyhow!(
+                        "cannot find this executable to run the relays (`quorumlock lab relay`): {error}"
+                    )
+                })?)
+            } else {
+                None
+            };
             let spec = LabSpec {
                 groups,
                 replicas,
@@ -104,6 +168,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 failover_timeout_ms,
                 password,
                 tls,
+                links,
+                binary,
                 ..LabSpec::new(dir)
             };
             up(spec).await
@@ -132,7 +198,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             };
             println!(
                 "killed the master of g{group}, {} (PID {}); {next}",
-                node.address(),
+                shown(&node),
                 node.pid
             );
             Ok(())
@@ -142,7 +208,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             let node = lab.freeze(group_index(&lab, group)?).await?;
             println!(
                 "froze the master of g{group}, {} (PID {}, SIGSTOP); resume it with `quorumlock lab thaw {group}`",
-                node.address(),
+                shown(&node),
                 node.pid
             );
             Ok(())
@@ -154,7 +220,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 println!("nothing frozen in g{group}");
             }
             for node in nodes {
-                println!("thawed {} (PID {}, SIGCONT)", node.address(), node.pid);
+                println!("thawed {} (PID {}, SIGCONT)", shown(&node), node.pid);
             }
             Ok(())
         }
@@ -165,12 +231,89 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 println!(
                     "restarted g{group} {} {} (PID {}), empty",
                     node.kind,
-                    node.address(),
+                    shown(&node),
                     node.pid
                 );
             }
             Ok(())
         }
+        LabCommand::Partition { group, from } => {
+            let lab = Lab::open(dir)?;
+            let index = group_index(&lab, group)?;
+            let mut classes = from;
+            classes.sort();
+            classes.dedup();
+            let mut node = None;
+            for class in &classes {
+                node = Some(lab.partition(index, *class).await?);
+            }
+            let names: Vec<&str> = classes.iter().map(|class| class.name()).collect();
+            if let Some(node) = node {
+                println!(
+                    "cut the {} links of g{group}'s master, {}; heal them with `quorumlock lab heal {group}`",
+                    names.join(", "),
+                    shown(&node)
+                );
+            }
+            Ok(())
+        }
+        LabCommand::Heal { group } => {
+            let lab = Lab::open(dir)?;
+            let nodes = lab.heal(group_index(&lab, group)?).await?;
+            let shown: Vec<String> = nodes.iter().map(shown).collect();
+            println!(
+                "healed g{group}: every link of {} forwards again, without delay",
+                shown.join(", ")
+            );
+            Ok(())
+        }
+        LabCommand::Slow {
+            group,
+            delay_ms,
+            jitter_ms,
+        } => {
+            let lab = Lab::open(dir)?;
+            let index = group_index(&lab, group)?;
+            let limit = relay::MAX_LATENCY.as_millis();
+            for (field, value) in [("--delay-ms", delay_ms), ("--jitter-ms", jitter_ms)] {
+                if u128::from(value) > limit {
+                    return Err(Error::InvalidInput {
+                        field,
+                        reason: format!("must be at most {limit} (10 minutes), got {value}"),
+                    }
+                    .into());
+                }
+            }
+            let node = lab
+                .slow(
+                    index,
+                    Duration::from_millis(delay_ms),
+                    Duration::from_millis(jitter_ms),
+                )
+                .await?;
+            println!(
+                "client links of g{group}'s master, {}, now wait {delay_ms} ms (± {jitter_ms} ms) each way; undo with `quorumlock lab heal {group}`",
+                shown(&node)
+            );
+            Ok(())
+        }
+        LabCommand::Relay {
+            listen,
+            target,
+            control,
+        } => {
+            relay::serve(listen, target, control).await?;
+            Ok(())
+        }
+    }
+}
+
+/// A node's address as clients see it, and its own port when a relay stands in between.
+fn shown(node: &Node) -> String {
+    if node.public_port == node.port {
+        node.address()
+    } else {
+        format!("{} (real port {})", node.public_address(), node.port)
     }
 }
 
@@ -193,8 +336,13 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
         (false, true) => ", password",
         (true, true) => ", TLS + password",
     };
+    let links = if spec.links {
+        ", a relay in front of every node"
+    } else {
+        ""
+    };
     println!(
-        "lab up in {:.1} s: {} groups ({members}), {watchers}{security}, {} processes; files in {}",
+        "lab up in {:.1} s: {} groups ({members}), {watchers}{security}{links}, {} processes; files in {}",
         started.elapsed().as_secs_f64(),
         spec.groups,
         lab.pids().len(),
@@ -206,6 +354,11 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
         "use it: quorumlock --lab <command> (or --config {}); stop it: quorumlock lab down",
         config.display()
     );
+    if spec.links {
+        println!(
+            "break links: quorumlock lab partition N --from clients|replica|sentinels, lab slow N --delay-ms D, lab heal N"
+        );
+    }
     lab.detach();
     Ok(())
 }
@@ -240,29 +393,69 @@ fn group_index(lab: &Lab, group: usize) -> Result<usize, Error> {
     }
 }
 
+/// One row per process: each node, and under a node with links its relay. A node's PORT is
+/// the one clients use, with the node's own port beside it when a relay stands in between.
 fn table(nodes: &[NodeStatus]) -> String {
-    output::table(
-        ["GROUP", "KIND", "PORT", "PID", "STATE", "ROLE"],
-        nodes.iter().map(|node| {
-            let state = match (node.alive, node.frozen) {
-                (false, _) => "dead",
-                (true, true) => "frozen",
-                (true, false) => "up",
-            };
-            let role = match (&node.role, node.replica_of) {
-                (Some(role), Some(master)) => format!("{role} of {master}"),
-                (Some(role), None) => role.clone(),
-                (None, _) => "-".to_string(),
+    let rows = nodes.iter().flat_map(|node| {
+        let group = node
+            .group
+            .map_or("-".to_string(), |group| format!("g{}", group + 1));
+        let state = match (node.alive, node.frozen) {
+            (false, _) => "dead",
+            (true, true) => "frozen",
+            (true, false) => "up",
+        };
+        let role = match (&node.role, node.replica_of) {
+            (Some(role), Some(master)) => format!("{role} of {master}"),
+            (Some(role), None) => role.clone(),
+            (None, _) => "-".to_string(),
+        };
+        let port = if node.public_port == node.port {
+            node.port.to_string()
+        } else {
+            format!("{} (real {})", node.public_port, node.port)
+        };
+        let row = [
+            group.clone(),
+            node.kind.to_string(),
+            port,
+            node.pid.to_string(),
+            state.to_string(),
+            role,
+        ];
+        let relay = node.relay.as_ref().map(|relay| {
+            let links = match &relay.state {
+                None if relay.alive => "not answering".to_string(),
+                None => "-".to_string(),
+                Some(state) => {
+                    let cut = if state.cut.is_empty() {
+                        "nothing cut".to_string()
+                    } else {
+                        format!("cut: {}", state.cut.join(","))
+                    };
+                    let slow = match (state.latency_ms, state.jitter_ms) {
+                        (0, 0) => String::new(),
+                        (delay, 0) => format!(", clients +{delay} ms"),
+                        (delay, jitter) => format!(", clients +{delay}±{jitter} ms"),
+                    };
+                    format!("to {}, {cut}{slow}", node.port)
+                }
             };
             [
-                node.group
-                    .map_or("-".to_string(), |group| format!("g{}", group + 1)),
-                node.kind.to_string(),
-                node.port.to_string(),
-                node.pid.to_string(),
-                state.to_string(),
-                role,
+                group,
+                "relay".to_string(),
+                format!("{} (control {})", relay.port, relay.control_port),
+                relay.pid.to_string(),
+                if relay.alive { "up" } else { "dead" }.to_string(),
+                links,
             ]
-        }),
-    )
+        });
+        std::iter::once(row).chain(relay)
+    });
+    let last = if nodes.iter().any(|node| node.relay.is_some()) {
+        "ROLE / LINKS"
+    } else {
+        "ROLE"
+    };
+    output::table(["GROUP", "KIND", "PORT", "PID", "STATE", last], rows)
 }

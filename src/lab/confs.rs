@@ -1,18 +1,38 @@
-//! The lab's layout and configs: which node gets which name and port (the order in the module
+//! The lab's layout and configs: which node gets which name and ports (the order in the module
 //! docs), and the config text of every master, replica and Sentinel, including the listening
-//! lines of a TLS lab and the ids Sentinels are pre-seeded with.
+//! lines of a TLS lab, the ids Sentinels are pre-seeded with, and, in a lab with links, the
+//! public ports (relays) that replicas, Sentinels and clients are pointed at.
 
 use std::path::Path;
 
 use super::certificates::TLS_DIR;
 use super::{LabError, LabSpec, NodeKind};
 
+/// The ports of a data node's relay in a lab with links.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct RelayPorts {
+    /// Where the relay listens: the port replicas, Sentinels and clients use.
+    pub(super) public: u16,
+    /// Where the relay takes its one-line control commands.
+    pub(super) control: u16,
+}
+
 /// A node about to be started.
 pub(super) struct Slot {
     pub(super) name: String,
     pub(super) group: Option<usize>,
     pub(super) kind: NodeKind,
+    /// Where the process itself listens.
     pub(super) port: u16,
+    /// The relay in front of a data node of a lab with links.
+    pub(super) relay: Option<RelayPorts>,
+}
+
+impl Slot {
+    /// The port everyone but the lab itself uses.
+    pub(super) fn public_port(&self) -> u16 {
+        self.relay.map_or(self.port, |relay| relay.public)
+    }
 }
 
 pub(super) fn group_name(group: usize) -> String {
@@ -32,7 +52,13 @@ pub(super) fn consecutive_ports(base: u16, count: usize) -> Result<Vec<u16>, Lab
         .collect())
 }
 
+/// Gives each node its ports, in the order of the module docs: `ports` holds
+/// [`LabSpec::port_count`] ports. The first block is the ports everyone uses (with links, the
+/// data nodes' public ports); with links, the data nodes' real ports follow in the same
+/// order, then their relays' control ports.
 pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
+    let data_nodes = spec.groups * (1 + spec.replicas);
+    let node_count = spec.node_count();
     let mut named = Vec::with_capacity(spec.node_count());
     for group in 0..spec.groups {
         named.push((
@@ -57,11 +83,30 @@ pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
     named
         .into_iter()
         .zip(ports)
-        .map(|((name, group, kind), &port)| Slot {
-            name,
-            group,
-            kind,
-            port,
+        .enumerate()
+        .map(|(index, ((name, group, kind), &named_port))| {
+            let relayed = spec.links && index < data_nodes;
+            let real = ports.get(node_count + index).copied();
+            let control = ports.get(node_count + data_nodes + index).copied();
+            match (relayed, real, control) {
+                (true, Some(port), Some(control)) => Slot {
+                    name,
+                    group,
+                    kind,
+                    port,
+                    relay: Some(RelayPorts {
+                        public: named_port,
+                        control,
+                    }),
+                },
+                _ => Slot {
+                    name,
+                    group,
+                    kind,
+                    port: named_port,
+                    relay: None,
+                },
+            }
         })
         .collect()
 }
@@ -72,7 +117,7 @@ pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         slots
             .iter()
             .find(|slot| slot.kind == NodeKind::Master && slot.group == Some(group))
-            .map(|slot| slot.port)
+            .map(Slot::public_port)
     };
     let sentinel_ids: Vec<(u16, String)> = slots
         .iter()
@@ -84,9 +129,9 @@ pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         .map(|slot| {
             let node_dir = spec.dir.join(&slot.name);
             match slot.kind {
-                NodeKind::Master => data_conf(spec, slot.port, &node_dir, None),
+                NodeKind::Master => data_conf(spec, slot, &node_dir, None),
                 NodeKind::Replica => {
-                    data_conf(spec, slot.port, &node_dir, slot.group.and_then(master_port))
+                    data_conf(spec, slot, &node_dir, slot.group.and_then(master_port))
                 }
                 NodeKind::Sentinel => sentinel_conf(spec, slot, &node_dir, slots, &sentinel_ids),
             }
@@ -94,7 +139,8 @@ pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         .collect()
 }
 
-fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>) -> String {
+/// `replica_of` is the master's public port.
+fn data_conf(spec: &LabSpec, slot: &Slot, node_dir: &Path, replica_of: Option<u16>) -> String {
     let mut conf = format!(
         "# Written by quorumlock lab. Sentinel may rewrite it when it reconfigures this node.\n\
          {}\
@@ -110,9 +156,14 @@ fn data_conf(spec: &LabSpec, port: u16, node_dir: &Path, replica_of: Option<u16>
          repl-diskless-load swapdb\n\
          # An evicted lock or fence key would hand the lock to a second holder.\n\
          maxmemory-policy noeviction\n",
-        listen_conf(spec, port),
+        listen_conf(spec, slot.port),
         quote(node_dir)
     );
+    if let Some(relay) = slot.relay {
+        // Behind a relay: a replica tells its master (and so Sentinel, through INFO) the
+        // relay's port, so that every link to this node goes through the relay.
+        conf.push_str(&format!("replica-announce-port {}\n", relay.public));
+    }
     if let Some(password) = &spec.password {
         // A replica authenticates to its master, and a master becomes a replica after a failover.
         conf.push_str(&format!("requirepass {password}\nmasterauth {password}\n"));
@@ -170,7 +221,9 @@ fn sentinel_conf(
              sentinel down-after-milliseconds {name} {}\n\
              sentinel failover-timeout {name} {}\n\
              sentinel parallel-syncs {name} 1\n",
-            master.port, spec.down_after_ms, spec.failover_timeout_ms
+            master.public_port(),
+            spec.down_after_ms,
+            spec.failover_timeout_ms
         ));
         if let Some(password) = &spec.password {
             conf.push_str(&format!("sentinel auth-pass {name} {password}\n"));
@@ -181,7 +234,7 @@ fn sentinel_conf(
         for replica in replicas {
             conf.push_str(&format!(
                 "sentinel known-replica {name} 127.0.0.1 {}\n",
-                replica.port
+                replica.public_port()
             ));
         }
         for (port, id) in sentinel_ids.iter().filter(|(port, _)| *port != me.port) {
@@ -270,5 +323,41 @@ mod tests {
         assert!(confs[11].contains(&format!("known-sentinel g1 127.0.0.1 7010 {id}\n")));
         assert!(confs[5].contains("replicaof 127.0.0.1 7000\n"));
         assert!(!confs[0].contains("replicaof"));
+        assert!(!confs[0].contains("replica-announce-port"));
+    }
+
+    #[test]
+    fn with_links_everyone_but_the_lab_uses_the_public_ports() {
+        let spec = LabSpec {
+            links: true,
+            ..LabSpec::new("/tmp/lab")
+        };
+        assert_eq!(spec.port_count(), 13 + 2 * 10);
+        let ports = consecutive_ports(7000, spec.port_count()).expect("fits");
+        let slots = layout(&spec, &ports);
+        assert_eq!(slots.len(), 13);
+        let find = |name: &str| slots.iter().find(|slot| slot.name == name).expect(name);
+        // The documented layout stays what clients see; real and control ports follow.
+        let master = find("g1-master");
+        assert_eq!(master.public_port(), 7000);
+        assert_eq!(master.port, 7013);
+        assert_eq!(master.relay.map(|relay| relay.control), Some(7023));
+        let replica = find("g1-replica1");
+        assert_eq!((replica.public_port(), replica.port), (7005, 7018));
+        let sentinel = find("sentinel1");
+        assert_eq!((sentinel.port, sentinel.relay), (7010, None));
+
+        let confs = render_confs(&spec, &slots);
+        assert!(confs[0].contains("port 7013\n"));
+        assert!(confs[0].contains("replica-announce-port 7000\n"));
+        assert!(confs[5].contains("port 7018\n"));
+        assert!(confs[5].contains("replica-announce-port 7005\n"));
+        assert!(confs[5].contains("replicaof 127.0.0.1 7000\n"));
+        assert!(confs[10].contains("sentinel monitor g1 127.0.0.1 7000 2\n"));
+        assert!(confs[10].contains("sentinel known-replica g1 127.0.0.1 7005\n"));
+        assert!(
+            !confs[10].contains("7013"),
+            "Sentinels never see a real port"
+        );
     }
 }

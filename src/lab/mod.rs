@@ -11,6 +11,20 @@
 //! Each node lives in `<dir>/<name>/` (`g1-master`, `g1-replica1`, `sentinel1`) with its config
 //! file and log. Nothing is persisted: a restarted node comes back empty.
 //!
+//! Links ([`LabSpec::links`]): every data node (master and replica) gets a [`relay`] in front
+//! of it, a `quorumlock lab relay` process of its own, so that its links can be cut
+//! ([`Lab::partition`]), healed ([`Lab::heal`]) and slowed ([`Lab::slow`]) while the lab runs,
+//! from this process or from a later `quorumlock lab` command. Each data node then has a
+//! *public* port, where its relay listens, and a *real* port, where `redis-server` listens.
+//! Everyone but the lab uses the public port: replicas replicate from their master's public
+//! port, every data node announces its public port (`replica-announce-port`), Sentinels
+//! monitor public ports, and the topology written for clients names public ports (through
+//! Sentinel or directly). The lab's own control connections (PING, INFO, ROLE, admission)
+//! use the real port, so a partition never blinds the lab. Sentinels are not behind relays.
+//! With a base port the public ports take the layout above, so clients see the same ports
+//! with or without links; the real ports of the data nodes follow the Sentinels (in the same
+//! order), then the relays' control ports. `lab.json` records all three and the relays' PIDs.
+//!
 //! Security options: with a password every node requires it (`requirepass`, `masterauth`,
 //! Sentinel's `auth-pass` and `sentinel-pass`). With TLS the lab writes a private CA and
 //! certificates to `<dir>/tls/` and every node listens on TLS only (`port 0`, `tls-port`),
@@ -44,11 +58,13 @@ use certificates::{tls_settings, write_certificates};
 use confs::{Slot, consecutive_ports, group_name, layout, render_confs};
 use probe::{field_map, parse_master_addr, parse_role, ping, replica_link_up};
 use process::{
-    ensure_free, exit_error, find_redis_server, free_ports, is_lab_process, send_signal, spawn,
+    ensure_free, exit_error, find_redis_server, free_ports, is_lab_process, is_relay_process,
+    relay_exit_error, send_signal, spawn, spawn_relay,
 };
+use relay::{LinkClass, RelayError, RelayStatus};
 use state::{
-    LabState, NodeRecord, STATE_FILE, io_error, prepare_dir, read_state, refuse_if_running,
-    remove_if_present, write_file,
+    LabState, NodeRecord, RelayRecord, STATE_FILE, io_error, prepare_dir, read_state,
+    refuse_if_running, remove_if_present, write_file,
 };
 
 const CONFIG_FILE: &str = "quorumlock.toml";
@@ -75,6 +91,24 @@ pub enum LabError {
     RedisServerMissing(#[from] crate::lab::install::InstallError),
     #[error("invalid lab settings: {0}")]
     InvalidSpec(String),
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument { field: &'static str, reason: String },
+    #[error(
+        "this lab has no relays in front of its nodes, so its links cannot be cut or slowed; start the lab with links (`quorumlock lab up --links`, or LabSpec.links)"
+    )]
+    NoLinks,
+    #[error("the relay of {node} (control port {port}) failed: {source}")]
+    Relay {
+        node: String,
+        port: u16,
+        source: RelayError,
+    },
+    #[error("the relay of {node} exited during start-up: {last_log_line} (full log: {log})")]
+    RelayExited {
+        node: String,
+        log: PathBuf,
+        last_log_line: String,
+    },
     #[error("cannot create the lab's TLS certificates: {0}")]
     Certificates(String),
     #[error("the lab's TLS files cannot be used: {0}")]
@@ -123,6 +157,12 @@ pub enum LabError {
     NoSuchGroup { group: usize, groups: usize },
     #[error("cannot find the current master of {group}: {reason}; check `quorumlock lab status`")]
     NoMaster { group: String, reason: String },
+    #[error("{command} on {node} failed: {reason}")]
+    Command {
+        node: String,
+        command: String,
+        reason: String,
+    },
     #[error("cannot admit {node} to the vote: {reason}")]
     Admit { node: String, reason: String },
     #[error(
@@ -181,6 +221,15 @@ pub struct LabSpec {
     /// bounded window that the policy's quarantine covers. `None` leaves it unbounded.
     #[serde(default)]
     pub min_replicas_max_lag_s: Option<u64>,
+    /// A relay in front of every data node, so that links can be cut and slowed
+    /// ([`Lab::partition`], [`Lab::heal`], [`Lab::slow`]); layout in the module docs. Not
+    /// with TLS: the relay tells links apart by the commands they carry.
+    #[serde(default)]
+    pub links: bool,
+    /// The `quorumlock` executable that runs each relay (`quorumlock lab relay`); required
+    /// with `links`. The CLI passes itself; tests pass `env!("CARGO_BIN_EXE_quorumlock")`.
+    #[serde(default)]
+    pub binary: Option<PathBuf>,
 }
 
 fn default_max_ttl_ms() -> u64 {
@@ -202,6 +251,8 @@ impl LabSpec {
             tls: false,
             max_ttl_ms: crate::DEFAULT_MAX_TTL_MS,
             min_replicas_max_lag_s: None,
+            links: false,
+            binary: None,
         }
     }
 
@@ -218,7 +269,32 @@ impl LabSpec {
     }
 
     fn node_count(&self) -> usize {
-        self.groups * (1 + self.replicas) + self.sentinels
+        self.data_node_count() + self.sentinels
+    }
+
+    fn data_node_count(&self) -> usize {
+        self.groups * (1 + self.replicas)
+    }
+
+    /// Ports the lab takes: one per process, and with links a real port and a control port
+    /// more per data node.
+    fn port_count(&self) -> usize {
+        let relays = if self.links {
+            self.data_node_count()
+        } else {
+            0
+        };
+        self.node_count() + 2 * relays
+    }
+
+    /// Processes the lab starts, relays included.
+    fn process_count(&self) -> usize {
+        let relays = if self.links {
+            self.data_node_count()
+        } else {
+            0
+        };
+        self.node_count() + relays
     }
 
     fn validate(&self) -> Result<(), LabError> {
@@ -226,14 +302,38 @@ impl LabSpec {
         if self.groups == 0 {
             return invalid("groups must be at least 1 (5 is the usual quorum setup)".into());
         }
-        if self.node_count() > MAX_NODES {
+        if self.process_count() > MAX_NODES {
+            let relays = if self.links { " (+ a relay each)" } else { "" };
             return invalid(format!(
-                "{} groups x (1 + {} replicas) + {} Sentinels is {} processes; the lab allows at most {MAX_NODES}",
+                "{} groups x (1 + {} replicas){relays} + {} Sentinels is {} processes; the lab allows at most {MAX_NODES}",
                 self.groups,
                 self.replicas,
                 self.sentinels,
-                self.node_count()
+                self.process_count()
             ));
+        }
+        if self.links {
+            if self.tls {
+                return invalid(
+                    "links cannot be combined with tls: the relays tell clients, replicas and Sentinels apart by the commands they send, which TLS hides"
+                        .into(),
+                );
+            }
+            match &self.binary {
+                None => {
+                    return invalid(
+                        "binary must name the quorumlock executable when links is set: it runs the relay in front of every node (`quorumlock lab relay`)"
+                            .into(),
+                    );
+                }
+                Some(binary) if !binary.is_file() => {
+                    return invalid(format!(
+                        "binary {} (the quorumlock executable that runs the relays) is not a file",
+                        binary.display()
+                    ));
+                }
+                Some(_) => {}
+            }
         }
         if self.down_after_ms == 0 || self.failover_timeout_ms == 0 {
             return invalid("down_after_ms and failover_timeout_ms must be above 0".into());
@@ -281,14 +381,23 @@ pub struct Node {
     pub group: usize,
     /// The role it was started in.
     pub kind: NodeKind,
+    /// Where `redis-server` listens (the lab's own connections use it).
     pub port: u16,
+    /// Where replicas, Sentinels and clients reach it: its relay's port in a lab with links,
+    /// else `port`.
+    pub public_port: u16,
     pub pid: u32,
 }
 
 impl Node {
-    /// `127.0.0.1:<port>`.
+    /// `127.0.0.1:<port>`, the node itself.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:<public_port>`, the address Sentinel reports and clients use.
+    pub fn public_address(&self) -> String {
+        format!("127.0.0.1:{}", self.public_port)
     }
 }
 
@@ -301,7 +410,10 @@ pub struct NodeStatus {
     pub group: Option<usize>,
     /// The role it was started in.
     pub kind: NodeKind,
+    /// Where the process listens.
     pub port: u16,
+    /// Where everyone else reaches it (its relay's port in a lab with links, else `port`).
+    pub public_port: u16,
     pub pid: u32,
     pub alive: bool,
     /// Stopped with SIGSTOP by [`Lab::freeze`].
@@ -309,8 +421,55 @@ pub struct NodeStatus {
     /// `master`, `replica` or `sentinel` as the process reports it now; `None` if it did not
     /// answer (dead or frozen).
     pub role: Option<String>,
-    /// For a replica: the port of the master it replicates from.
+    /// For a replica: the (public) port of the master it replicates from.
     pub replica_of: Option<u16>,
+    /// The relay in front of a data node of a lab with links.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub relay: Option<RelayView>,
+}
+
+/// The relay in front of a node, as [`Lab::status`] shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RelayView {
+    /// Where it listens (the node's public port).
+    pub port: u16,
+    pub control_port: u16,
+    pub pid: u32,
+    pub alive: bool,
+    /// What it reported on its control port; `None` if it did not answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RelayState>,
+}
+
+/// A relay's switches and open links.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RelayState {
+    /// The link classes it holds, by name (`clients`, `replica`, `sentinels`).
+    pub cut: Vec<String>,
+    pub latency_ms: u64,
+    pub jitter_ms: u64,
+    /// Open links of each class.
+    pub clients: usize,
+    pub replicas: usize,
+    pub sentinels: usize,
+}
+
+impl From<RelayStatus> for RelayState {
+    fn from(status: RelayStatus) -> Self {
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        RelayState {
+            cut: status
+                .cut
+                .iter()
+                .map(|class| class.name().to_string())
+                .collect(),
+            latency_ms: millis(status.latency),
+            jitter_ms: millis(status.jitter),
+            clients: status.clients,
+            replicas: status.replicas,
+            sentinels: status.sentinels,
+        }
+    }
 }
 
 /// A running lab. Started with [`Lab::start`] it is owned: dropping it kills every process.
@@ -369,12 +528,12 @@ impl Lab {
         control: &resp::Control,
     ) -> Result<Lab, LabError> {
         let ports = match spec.base_port {
-            Some(base) => consecutive_ports(base, spec.node_count())?,
-            None => free_ports(spec.node_count())?,
+            Some(base) => consecutive_ports(base, spec.port_count())?,
+            None => free_ports(spec.port_count())?,
         };
         let slots = layout(spec, &ports);
         if spec.base_port.is_some() {
-            ensure_free(&slots)?;
+            ensure_free(&slots, spec.port_count())?;
         }
         let confs = render_confs(spec, &slots);
         let deadline = Instant::now() + START_TIMEOUT;
@@ -395,7 +554,7 @@ impl Lab {
             .zip(&confs)
             .partition(|(slot, _)| slot.kind == NodeKind::Master);
         // Replicas connect from a once-a-second cron, so starting them only after their masters
-        // listen saves up to a second of waiting.
+        // (and the masters' relays) listen saves up to a second of waiting.
         for (slot, conf) in masters {
             lab.spawn_new(redis, slot, conf)?;
         }
@@ -413,6 +572,25 @@ impl Lab {
         let config_path = lab.config_path();
         write_file(&config_path, &lab.topology().to_toml())?;
         Ok(lab)
+    }
+
+    /// Stops the listed relay and returns once its PID is gone.
+    async fn stop_relay(&mut self, index: usize) -> Result<(), LabError> {
+        self.kill_relay(index)?;
+        let started = Instant::now();
+        while self.is_relay_running(index) {
+            if started.elapsed() > EXIT_TIMEOUT {
+                let record = &self.state.nodes[index];
+                let pid = record.relay.as_ref().map_or(0, |relay| relay.pid);
+                return Err(LabError::StillRunning {
+                    node: format!("{}'s relay", record.name),
+                    pid,
+                    waited_ms: started.elapsed().as_millis(),
+                });
+            }
+            tokio::time::sleep(POLL_INTERVAL).await;
+        }
+        Ok(())
     }
 
     /// The masters were just created empty, so no grant can have been missed: let them vote
@@ -466,11 +644,15 @@ impl Lab {
         self.owned = false;
     }
 
-    /// Kills every process by PID, waits until they are gone and removes the state file.
+    /// Kills every process (relays included) by PID, waits until they are gone and removes
+    /// the state file.
     pub async fn stop(mut self) -> Result<(), LabError> {
         let mut first_error = None;
         for index in 0..self.state.nodes.len() {
             if let Err(error) = self.kill_and_wait(index).await {
+                first_error.get_or_insert(error);
+            }
+            if let Err(error) = self.stop_relay(index).await {
                 first_error.get_or_insert(error);
             }
         }
@@ -483,6 +665,7 @@ impl Lab {
     }
 
     /// The topology clients should use: Sentinel groups, or direct groups without Sentinels.
+    /// Both lead to the public ports, through the relays of a lab with links.
     pub fn topology(&self) -> Topology {
         let sentinels: Vec<String> = self
             .records(NodeKind::Sentinel)
@@ -495,7 +678,7 @@ impl Lab {
             .map(|(index, master)| {
                 let name = group_name(index);
                 let group = if sentinels.is_empty() {
-                    GroupConfig::direct(&name, &format!("127.0.0.1:{}", master.port))
+                    GroupConfig::direct(&name, &format!("127.0.0.1:{}", master.public_port()))
                 } else {
                     GroupConfig {
                         sentinel_password: password.clone(),
@@ -535,6 +718,116 @@ impl Lab {
     pub async fn master_of(&self, group: usize) -> Result<Node, LabError> {
         let index = self.master_index(group).await?;
         Ok(self.node(index, group))
+    }
+
+    /// Cuts one class of links of the group's current master, at its relay: the links stay
+    /// open but carry nothing, as in a network partition, until [`Lab::heal`]. Cutting
+    /// `Replica` and `Sentinel` isolates the master from its replicas and Sentinels while
+    /// clients still reach it: Sentinel promotes a replica, and the old master goes on
+    /// answering clients that address it directly. Needs a lab with links.
+    pub async fn partition(&self, group: usize, class: LinkClass) -> Result<Node, LabError> {
+        self.require_links()?;
+        let index = self.master_index(group).await?;
+        self.relay_command(index, &format!("cut {}", class.name()))
+            .await?;
+        Ok(self.node(index, group))
+    }
+
+    /// Heals every node of the group: lifts every cut (the links that were cut are reset, so
+    /// their peers reconnect) and sets their latency back to zero. Returns the nodes healed.
+    /// Every relay of the group is tried; the first failure is returned after that.
+    pub async fn heal(&self, group: usize) -> Result<Vec<Node>, LabError> {
+        self.require_links()?;
+        self.check_group(group)?;
+        let mut healed = Vec::new();
+        let mut first_error = None;
+        for index in self.group_indexes(group).collect::<Vec<_>>() {
+            let outcome = async {
+                self.relay_command(index, "heal").await?;
+                self.relay_command(index, "latency 0 0").await
+            };
+            match outcome.await {
+                Ok(_) => healed.push(self.node(index, group)),
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(healed),
+        }
+    }
+
+    /// Delays every chunk the client links of the group's current master carry, both ways,
+    /// by `delay` ± `jitter` (in whole milliseconds, each at most [`relay::MAX_LATENCY`]);
+    /// replica and Sentinel links are not slowed. [`Lab::heal`] (or zero and zero) ends it.
+    pub async fn slow(
+        &self,
+        group: usize,
+        delay: Duration,
+        jitter: Duration,
+    ) -> Result<Node, LabError> {
+        self.require_links()?;
+        for (field, value) in [("delay", delay), ("jitter", jitter)] {
+            if value > relay::MAX_LATENCY {
+                return Err(LabError::InvalidArgument {
+                    field,
+                    reason: format!(
+                        "{} ms is above the relay's limit of {} ms",
+                        value.as_millis(),
+                        relay::MAX_LATENCY.as_millis()
+                    ),
+                });
+            }
+        }
+        let index = self.master_index(group).await?;
+        let command = format!("latency {} {}", delay.as_millis(), jitter.as_millis());
+        self.relay_command(index, &command).await?;
+        Ok(self.node(index, group))
+    }
+
+    /// Runs one command on the group's current master, through its own port (never a relay,
+    /// so a partition does not stop it), and returns the reply as text: a status, bulk string
+    /// or integer as is, anything else in its debug form. An error reply is an error.
+    pub async fn run_on_master(&self, group: usize, args: &[&str]) -> Result<String, LabError> {
+        let index = self.running_master_index(group).await?;
+        let record = &self.state.nodes[index];
+        let reply = resp::call(&self.control, record.port, args, CONTROL_TIMEOUT)
+            .await
+            .map_err(|reason| LabError::Command {
+                node: record.name.clone(),
+                command: args.first().copied().unwrap_or_default().to_string(),
+                reason,
+            })?;
+        Ok(match (&reply, reply.text()) {
+            (_, Some(text)) => text.to_string(),
+            (resp::Reply::Integer(value), None) => value.to_string(),
+            (other, None) => format!("{other:?}"),
+        })
+    }
+
+    fn require_links(&self) -> Result<(), LabError> {
+        if self.state.spec.links {
+            Ok(())
+        } else {
+            Err(LabError::NoLinks)
+        }
+    }
+
+    /// Sends one control command to the relay of a node.
+    async fn relay_command(&self, index: usize, command: &str) -> Result<String, LabError> {
+        let record = &self.state.nodes[index];
+        let Some(relay) = &record.relay else {
+            return Err(LabError::NoLinks);
+        };
+        relay::control(relay.control_port, command)
+            .await
+            .map_err(|source| LabError::Relay {
+                node: record.name.clone(),
+                port: relay.control_port,
+                source,
+            })
     }
 
     /// SIGKILLs the current master of a group and waits until the process is gone.
@@ -579,6 +872,7 @@ impl Lab {
     /// Starts every dead node of a group again, on its port with its config (which Sentinel
     /// may have rewritten); without persistence it comes back empty. If no node of the group
     /// is dead, the current master is killed and started again. Returns once they answer PING.
+    /// A node keeps its relay, with its cuts and latency; a relay that died is started again.
     pub async fn restart(&mut self, group: usize) -> Result<Vec<Node>, LabError> {
         self.check_group(group)?;
         let mut dead: Vec<usize> = self
@@ -593,6 +887,9 @@ impl Lab {
         let redis = find_redis_server().await?;
         for &index in &dead {
             self.respawn(&redis, index)?;
+            if self.state.nodes[index].relay.is_some() && !self.is_relay_running(index) {
+                self.respawn_relay(index)?;
+            }
         }
         self.write_state()?;
         self.wait_until(&dead, Readiness::Answers, Instant::now() + RESTART_TIMEOUT)
@@ -600,18 +897,33 @@ impl Lab {
         Ok(dead.iter().map(|&index| self.node(index, group)).collect())
     }
 
-    /// Every process with its liveness and current role.
+    /// Every process with its liveness and current role; a data node of a lab with links
+    /// also shows its relay (PID, liveness, what is cut, its latency and open links).
     pub async fn status(&self) -> Vec<NodeStatus> {
         futures::future::join_all(self.state.nodes.iter().map(|record| self.status_of(record)))
             .await
     }
 
-    /// The PID of every process the lab knows, dead or alive.
+    /// The PID of every process the lab knows, dead or alive: the nodes, then their relays.
     pub fn pids(&self) -> Vec<u32> {
-        self.state.nodes.iter().map(|node| node.pid).collect()
+        let relays = self
+            .state
+            .nodes
+            .iter()
+            .filter_map(|node| node.relay.as_ref().map(|relay| relay.pid));
+        self.state
+            .nodes
+            .iter()
+            .map(|node| node.pid)
+            .chain(relays)
+            .collect()
     }
 
     async fn status_of(&self, record: &NodeRecord) -> NodeStatus {
+        let relay = match &record.relay {
+            Some(relay) => Some(relay_view(relay).await),
+            None => None,
+        };
         let alive = is_lab_process(record);
         let frozen = self.state.frozen.contains(&record.port);
         let role = if alive && !frozen {
@@ -627,11 +939,13 @@ impl Lab {
             group: record.group,
             kind: record.kind,
             port: record.port,
+            public_port: record.public_port(),
             pid: record.pid,
             alive,
             frozen,
             replica_of: role.as_ref().and_then(|(_, master)| *master),
             role: role.map(|(role, _)| role),
+            relay,
         }
     }
 
@@ -666,6 +980,7 @@ impl Lab {
             group,
             kind: record.kind,
             port: record.port,
+            public_port: record.public_port(),
             pid: record.pid,
         }
     }
@@ -707,7 +1022,7 @@ impl Lab {
                 Ok(port) => {
                     return self
                         .group_indexes(group)
-                        .find(|&index| self.state.nodes[index].port == port)
+                        .find(|&index| self.state.nodes[index].public_port() == port)
                         .ok_or_else(|| {
                             no_master(format!(
                                 "{} names 127.0.0.1:{port}, which is not a node of this group",
@@ -737,6 +1052,68 @@ impl Lab {
 
     fn is_running(&self, index: usize) -> bool {
         is_lab_process(&self.state.nodes[index])
+    }
+
+    fn is_relay_running(&self, index: usize) -> bool {
+        self.state.nodes[index]
+            .relay
+            .as_ref()
+            .is_some_and(is_relay_process)
+    }
+
+    /// SIGKILLs the node's relay if it is still ours, and reaps it if we are its parent.
+    /// Synchronous so that `Drop` can use it.
+    fn kill_relay(&mut self, index: usize) -> Result<(), LabError> {
+        let record = &self.state.nodes[index];
+        let Some(relay) = &record.relay else {
+            return Ok(());
+        };
+        let pid = relay.pid;
+        if is_relay_process(relay) {
+            match send_signal(pid, libc::SIGKILL) {
+                Err(source) if source.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(source) => {
+                    return Err(LabError::Signal {
+                        node: format!("{}'s relay", record.name),
+                        pid,
+                        source,
+                    });
+                }
+                Ok(()) => {}
+            }
+        }
+        if let Some(mut child) = self.children.remove(&pid) {
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// Starts the relay of a data node whose slot has one.
+    fn start_relay(&mut self, index: usize) -> Result<(), LabError> {
+        let record = &self.state.nodes[index];
+        let Some(relay) = &record.relay else {
+            return Ok(());
+        };
+        let Some(binary) = &self.state.spec.binary else {
+            return Err(LabError::InvalidSpec(
+                "binary must name the quorumlock executable when links is set".into(),
+            ));
+        };
+        let child = spawn_relay(binary, record, relay)?;
+        let pid = child.id();
+        self.children.insert(pid, child);
+        if let Some(relay) = self.state.nodes[index].relay.as_mut() {
+            relay.pid = pid;
+        }
+        Ok(())
+    }
+
+    fn respawn_relay(&mut self, index: usize) -> Result<(), LabError> {
+        self.kill_relay(index)?;
+        if let Some(relay) = &self.state.nodes[index].relay {
+            remove_if_present(&relay.log)?;
+        }
+        self.start_relay(index)
     }
 
     fn signal(&self, index: usize, signal: libc::c_int) -> Result<(), LabError> {
@@ -801,16 +1178,25 @@ impl Lab {
             pid: 0,
             conf,
             log: node_dir.join("redis.log"),
+            relay: slot.relay.map(|ports| RelayRecord {
+                public_port: ports.public,
+                control_port: ports.control,
+                pid: 0,
+                log: node_dir.join("relay.log"),
+            }),
         };
         // A leftover dump from an earlier lab in this directory would be loaded at start-up, and
         // an old log could make a start-up failure look like an earlier one.
         remove_if_present(&node_dir.join("dump.rdb"))?;
         remove_if_present(&record.log)?;
+        if let Some(relay) = &record.relay {
+            remove_if_present(&relay.log)?;
+        }
         let child = spawn(redis, &record)?;
         record.pid = child.id();
         self.children.insert(record.pid, child);
         self.state.nodes.push(record);
-        Ok(())
+        self.start_relay(self.state.nodes.len() - 1)
     }
 
     fn respawn(&mut self, redis: &Path, index: usize) -> Result<(), LabError> {
@@ -854,23 +1240,50 @@ impl Lab {
     }
 
     fn check_not_exited(&mut self, indexes: &[usize]) -> Result<(), LabError> {
+        let needed = self.state.spec.port_count();
         for &index in indexes {
             let record = &self.state.nodes[index];
-            let Some(child) = self.children.get_mut(&record.pid) else {
-                continue;
-            };
-            if let Ok(Some(_)) = child.try_wait() {
+            if let Some(child) = self.children.get_mut(&record.pid)
+                && let Ok(Some(_)) = child.try_wait()
+            {
                 self.children.remove(&record.pid);
-                return Err(exit_error(record, self.state.spec.node_count()));
+                return Err(exit_error(record, needed));
+            }
+            let Some(relay) = &record.relay else { continue };
+            if let Some(child) = self.children.get_mut(&relay.pid)
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                self.children.remove(&relay.pid);
+                return Err(relay_exit_error(record, relay, needed));
             }
         }
         Ok(())
     }
 
-    /// The first unmet condition, described for a "not ready" error.
+    /// The first unmet condition, described for a "not ready" error. A node with a relay
+    /// is not ready until the relay answers on its control port.
     async fn first_pending(&self, indexes: &[usize], readiness: Readiness) -> Option<String> {
         for &index in indexes {
             let record = &self.state.nodes[index];
+            if let Some(relay) = &record.relay {
+                let answer = tokio::time::timeout(
+                    CONTROL_TIMEOUT,
+                    relay::control(relay.control_port, "status"),
+                )
+                .await;
+                match answer {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(error)) => return Some(format!("{}'s relay: {error}", record.name)),
+                    Err(_) => {
+                        return Some(format!(
+                            "{}'s relay did not answer on control port {} within {} ms",
+                            record.name,
+                            relay.control_port,
+                            CONTROL_TIMEOUT.as_millis()
+                        ));
+                    }
+                }
+            }
             let result = match (readiness, record.kind) {
                 (Readiness::Answers, _) | (Readiness::Serving, NodeKind::Master) => {
                     ping(&self.control, record.port).await
@@ -903,7 +1316,7 @@ impl Lab {
             let fields = field_map(&reply);
             let field = |key: &str| fields.get(key).map(String::as_str).unwrap_or("?");
             let expected = [
-                ("port", master.port.to_string()),
+                ("port", master.public_port().to_string()),
                 ("flags", "master".to_string()),
                 ("num-slaves", spec.replicas.to_string()),
                 (
@@ -933,10 +1346,35 @@ impl Drop for Lab {
             if let Err(error) = self.kill_process(index) {
                 tracing::warn!(%error, "lab: could not stop a process while dropping the lab");
             }
+            if let Err(error) = self.kill_relay(index) {
+                tracing::warn!(%error, "lab: could not stop a relay while dropping the lab");
+            }
         }
         // The processes are gone, so a state file would only describe a dead lab.
         if let Err(error) = remove_if_present(&self.state_path()) {
             tracing::warn!(%error, "lab: could not remove the state file");
         }
+    }
+}
+
+/// A relay as `lab status` shows it; a dead or silent relay has no state.
+async fn relay_view(relay: &RelayRecord) -> RelayView {
+    let alive = is_relay_process(relay);
+    let state = if alive {
+        tokio::time::timeout(STATUS_TIMEOUT, relay::control(relay.control_port, "status"))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .and_then(|answer| answer.parse::<RelayStatus>().ok())
+            .map(RelayState::from)
+    } else {
+        None
+    };
+    RelayView {
+        port: relay.public_port,
+        control_port: relay.control_port,
+        pid: relay.pid,
+        alive,
+        state,
     }
 }

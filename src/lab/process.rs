@@ -1,6 +1,7 @@
 //! The lab's processes: finding `redis-server`, picking and checking ports, spawning a node
-//! with its log, explaining a node that died while starting, and signals by PID, including the
-//! check that a PID still belongs to the node it was recorded for.
+//! (or the relay in front of it) with its log, explaining a process that died while starting,
+//! and signals by PID, including the check that a PID still belongs to the process it was
+//! recorded for.
 
 use std::fs::{self, OpenOptions};
 use std::io;
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use super::confs::Slot;
-use super::state::{NodeRecord, io_error};
+use super::state::{NodeRecord, RelayRecord, io_error};
 use super::{LabError, NodeKind};
 
 /// The binary to run; installing it may take a while, so it runs off the async threads.
@@ -34,14 +35,19 @@ pub(super) fn free_ports(count: usize) -> Result<Vec<u16>, LabError> {
 }
 
 /// Checks the whole block before anything is spawned, so a taken port leaves nothing behind.
-pub(super) fn ensure_free(slots: &[Slot]) -> Result<(), LabError> {
+/// `needed` is the size of the block, relays' ports included.
+pub(super) fn ensure_free(slots: &[Slot], needed: usize) -> Result<(), LabError> {
     for slot in slots {
-        if TcpListener::bind(("127.0.0.1", slot.port)).is_err() {
-            return Err(LabError::PortTaken {
-                port: slot.port,
-                node: slot.name.clone(),
-                needed: slots.len(),
-            });
+        let relay = slot.relay.iter().flat_map(|relay| {
+            [
+                (relay.public, format!("{}'s relay", slot.name)),
+                (relay.control, format!("{}'s relay control", slot.name)),
+            ]
+        });
+        for (port, node) in std::iter::once((slot.port, slot.name.clone())).chain(relay) {
+            if TcpListener::bind(("127.0.0.1", port)).is_err() {
+                return Err(LabError::PortTaken { port, node, needed });
+            }
         }
     }
     Ok(())
@@ -75,6 +81,82 @@ pub(super) fn spawn(redis: &Path, record: &NodeRecord) -> Result<Child, LabError
     Ok(child)
 }
 
+/// Starts `<binary> lab relay` in front of a data node: it listens on the node's public port,
+/// forwards to its real port and takes control commands on its control port. It runs in the
+/// node's directory and outlives the process that started it, like the node.
+pub(super) fn spawn_relay(
+    binary: &Path,
+    record: &NodeRecord,
+    relay: &RelayRecord,
+) -> Result<Child, LabError> {
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&relay.log)
+        .map_err(io_error("open log file", &relay.log))?;
+    let log_err = log
+        .try_clone()
+        .map_err(io_error("open log file", &relay.log))?;
+    let child = Command::new(binary)
+        .args(["lab", "relay", "--listen"])
+        .arg(relay.public_port.to_string())
+        .arg("--target")
+        .arg(record.port.to_string())
+        .arg("--control")
+        .arg(relay.control_port.to_string())
+        .current_dir(record.node_dir())
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(|source| LabError::Spawn {
+            node: format!("{}'s relay ({})", record.name, binary.display()),
+            source,
+        })?;
+    tracing::debug!(
+        node = %record.name,
+        port = relay.public_port,
+        target = record.port,
+        pid = child.id(),
+        "lab: relay started"
+    );
+    Ok(child)
+}
+
+/// Explains why a relay died while starting, from the last line of its log.
+pub(super) fn relay_exit_error(
+    record: &NodeRecord,
+    relay: &RelayRecord,
+    needed: usize,
+) -> LabError {
+    let log = fs::read_to_string(&relay.log).unwrap_or_default();
+    if log.contains("Address already in use") {
+        let port = if log.contains("control commands") {
+            relay.control_port
+        } else {
+            relay.public_port
+        };
+        return LabError::PortTaken {
+            port,
+            node: format!("{}'s relay", record.name),
+            needed,
+        };
+    }
+    LabError::RelayExited {
+        node: record.name.clone(),
+        log: relay.log.clone(),
+        last_log_line: last_line(&log),
+    }
+}
+
+fn last_line(log: &str) -> String {
+    log.lines()
+        .rev()
+        .find(|line| !line.trim().is_empty())
+        .unwrap_or("(empty log)")
+        .to_string()
+}
+
 /// Explains why a node died while starting, from the last line of its log.
 pub(super) fn exit_error(record: &NodeRecord, needed: usize) -> LabError {
     let log = fs::read_to_string(&record.log).unwrap_or_default();
@@ -85,16 +167,10 @@ pub(super) fn exit_error(record: &NodeRecord, needed: usize) -> LabError {
             needed,
         };
     }
-    let last_log_line = log
-        .lines()
-        .rev()
-        .find(|line| !line.trim().is_empty())
-        .unwrap_or("(empty log)")
-        .to_string();
     LabError::Exited {
         node: record.name.clone(),
         log: record.log.clone(),
-        last_log_line,
+        last_log_line: last_line(&log),
     }
 }
 
@@ -130,4 +206,26 @@ pub(super) fn is_lab_process(record: &NodeRecord) -> bool {
         && cmdline
             .split(['\0', ' '])
             .any(|word| word.ends_with(&port_suffix) || word == conf)
+}
+
+/// Whether the PID still belongs to this relay: a live process whose command line is
+/// `... lab relay --listen <public port> ... --control <control port>`.
+pub(super) fn is_relay_process(relay: &RelayRecord) -> bool {
+    if send_signal(relay.pid, 0).is_err() {
+        return false;
+    }
+    let Ok(raw) = fs::read(format!("/proc/{}/cmdline", relay.pid)) else {
+        return false;
+    };
+    let cmdline = String::from_utf8_lossy(&raw);
+    let words: Vec<&str> = cmdline.split('\0').collect();
+    let pair = |flag: &str, port: u16| {
+        let port = port.to_string();
+        words
+            .windows(2)
+            .any(|window| window[0] == flag && window[1] == port)
+    };
+    words.windows(2).any(|window| window == ["lab", "relay"])
+        && pair("--listen", relay.public_port)
+        && pair("--control", relay.control_port)
 }

@@ -215,6 +215,51 @@ impl fmt::Display for RelayStatus {
     }
 }
 
+impl FromStr for RelayStatus {
+    type Err = String;
+
+    /// Reads back what [`fmt::Display`] writes (the answer to the `status` control command).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let fields: std::collections::HashMap<&str, &str> = text
+            .split_whitespace()
+            .filter_map(|word| word.split_once('='))
+            .collect();
+        let field = |key: &str| {
+            fields
+                .get(key)
+                .copied()
+                .ok_or_else(|| format!("relay status `{text}` has no {key}"))
+        };
+        let number = |key: &str| {
+            field(key)?
+                .parse::<u64>()
+                .map_err(|_| format!("relay status `{text}`: {key} is not a number"))
+        };
+        let count = |key: &str| number(key).map(|value| value as usize);
+        let port = |key: &str| {
+            u16::try_from(number(key)?)
+                .map_err(|_| format!("relay status `{text}`: {key} is not a port"))
+        };
+        let cut = match field("cut")? {
+            "none" => Vec::new(),
+            names => names
+                .split(',')
+                .map(|name| name.parse::<LinkClass>().map_err(|error| error.to_string()))
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(RelayStatus {
+            port: port("port")?,
+            target: port("target")?,
+            cut,
+            latency: Duration::from_millis(number("latency_ms")?),
+            jitter: Duration::from_millis(number("jitter_ms")?),
+            clients: count("clients")?,
+            replicas: count("replica")?,
+            sentinels: count("sentinels")?,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Latency {
     delay: Duration,
@@ -1204,6 +1249,30 @@ mod tests {
         let replconf = command(&["REPLCONF", "listening-port", "7001"]);
         assert_eq!(decision, Some((LinkClass::Replica, replconf)));
         assert_eq!(before, command(&["PING"]));
+    }
+
+    #[test]
+    fn a_status_line_reads_back_as_the_status() {
+        let status = RelayStatus {
+            port: 7000,
+            target: 7013,
+            cut: vec![LinkClass::Replica, LinkClass::Sentinel],
+            latency: Duration::from_millis(120),
+            jitter: Duration::from_millis(15),
+            clients: 3,
+            replicas: 1,
+            sentinels: 6,
+        };
+        assert_eq!(
+            status.to_string().parse::<RelayStatus>(),
+            Ok(status.clone())
+        );
+        let healed = RelayStatus {
+            cut: Vec::new(),
+            ..status
+        };
+        assert_eq!(healed.to_string().parse::<RelayStatus>(), Ok(healed));
+        assert!("port=1".parse::<RelayStatus>().is_err());
     }
 
     #[test]

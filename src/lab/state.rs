@@ -1,6 +1,7 @@
 //! The lab's files: the state file `<dir>/lab.json` that lets a later process attach to a
-//! running lab (what it records about every process, reading it back, refusing to start over
-//! a lab that still runs), and the file helpers the rest of the lab writes through.
+//! running lab (what it records about every process, relays included, reading it back,
+//! refusing to start over a lab that still runs), and the file helpers the rest of the lab
+//! writes through.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::process::is_lab_process;
+use super::process::{is_lab_process, is_relay_process};
 use super::{LabError, LabSpec, NodeKind};
 
 pub(super) const STATE_FILE: &str = "lab.json";
@@ -20,16 +21,38 @@ pub(super) struct NodeRecord {
     pub(super) name: String,
     pub(super) group: Option<usize>,
     pub(super) kind: NodeKind,
+    /// Where the process listens; the lab's own control connections use it.
     pub(super) port: u16,
     pub(super) pid: u32,
     pub(super) conf: PathBuf,
     pub(super) log: PathBuf,
+    /// The relay process in front of a data node of a lab with links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) relay: Option<RelayRecord>,
 }
 
 impl NodeRecord {
     pub(super) fn node_dir(&self) -> &Path {
         self.conf.parent().unwrap_or(Path::new("."))
     }
+
+    /// The port replicas, Sentinels and clients use: the relay's, else the node's own.
+    pub(super) fn public_port(&self) -> u16 {
+        self.relay
+            .as_ref()
+            .map_or(self.port, |relay| relay.public_port)
+    }
+}
+
+/// What `lab.json` remembers about the relay (`quorumlock lab relay`) in front of a node.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct RelayRecord {
+    /// Where it listens and forwards to the node's port.
+    pub(super) public_port: u16,
+    /// Where it takes control commands (cut, heal, latency, status).
+    pub(super) control_port: u16,
+    pub(super) pid: u32,
+    pub(super) log: PathBuf,
 }
 
 /// The content of `lab.json`.
@@ -100,12 +123,18 @@ pub(super) fn refuse_if_running(dir: &Path) -> Result<(), LabError> {
         Err(LabError::NoLab { .. } | LabError::State { .. }) => return Ok(()),
         Err(error) => return Err(error),
     };
-    let pids: Vec<u32> = state
+    let nodes = state
         .nodes
         .iter()
         .filter(|node| is_lab_process(node))
-        .map(|node| node.pid)
-        .collect();
+        .map(|node| node.pid);
+    let relays = state
+        .nodes
+        .iter()
+        .filter_map(|node| node.relay.as_ref())
+        .filter(|relay| is_relay_process(relay))
+        .map(|relay| relay.pid);
+    let pids: Vec<u32> = nodes.chain(relays).collect();
     if pids.is_empty() {
         Ok(())
     } else {
