@@ -53,7 +53,8 @@ pub use config::{
     DEFAULT_MAX_HOLD_MS, DEFAULT_MAX_TTL_MS, DEFAULT_REPLICA_ACK_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS, Endpoint, GroupConfig, TlsSettings, Topology,
 };
-pub use engine::admission::GroupAdmission;
+pub use engine::admission::{AdmitOptions, GroupAdmission, ReplicaAcks};
+pub use engine::clock::Clock;
 pub use engine::error::{Error, Holder};
 pub use engine::health::{Admission, GroupHealth, Health, ReplicaView};
 pub use engine::inspect::{

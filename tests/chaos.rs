@@ -1,13 +1,15 @@
-//! The chaos suite, bounded for CI: workers contend while masters are killed, frozen and
-//! restarted and workers stall; the run must end with no violation. Longer runs:
-//! `quorumlock chaos --duration 600`.
+//! The chaos suite, bounded for CI: workers contend while masters are killed, frozen,
+//! restarted, partitioned and slowed, clocks drift and jump, workers stall and run mixed
+//! configs; the run must end with no violation. Longer runs:
+//! `quorumlock chaos --duration 600 --faults kill,freeze,restart,pause,partition,latency,clock --mixed-configs`.
 
 mod common;
 
 use std::time::Duration;
 
 use common::{fixture, sentinel_lab};
-use quorumlock::chaos::{ChaosOptions, FencedStore, lab_spec, run};
+use quorumlock::chaos::{ChaosOptions, ChaosReport, Fault, FencedStore, lab_spec, run};
+use quorumlock::lab::LabSpec;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_holds_while_masters_die() {
@@ -17,10 +19,17 @@ async fn the_lock_holds_while_masters_die() {
     };
     let mut fx = fixture(|spec| lab_spec(spec, &options), |topology| topology).await;
     let report = run(&mut fx.lab, &options).await.expect("chaos run");
+    assert_safe_and_busy(&report, 2000, 0.99);
+}
+
+/// A run with no violation that also did enough to mean something: `acquisitions` at least,
+/// ten faults, paused holders whose late writes were rejected, and `success_rate` of the
+/// acquires within their wait.
+fn assert_safe_and_busy(report: &ChaosReport, acquisitions: u64, success_rate: f64) {
     eprintln!("{}", report.table());
     assert!(report.is_safe(), "{}", report.table());
     assert!(
-        report.acquisitions >= 2000,
+        report.acquisitions >= acquisitions,
         "too few acquisitions to mean much: {}",
         report.table()
     );
@@ -34,7 +43,51 @@ async fn the_lock_holds_while_masters_die() {
         "{}",
         report.table()
     );
-    assert!(report.success_rate >= 0.99, "{}", report.table());
+    assert!(report.success_rate >= success_rate, "{}", report.table());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_holds_while_partitions_split_brains_links_slow_and_clocks_drift() {
+    let options = ChaosOptions {
+        duration: Duration::from_secs(60),
+        faults: vec![
+            Fault::Partition,
+            Fault::Latency,
+            Fault::Clock,
+            Fault::Kill,
+            Fault::Pause,
+        ],
+        mixed_configs: true,
+        ..ChaosOptions::default()
+    };
+    let mut fx = fixture(
+        |spec| {
+            lab_spec(
+                LabSpec {
+                    binary: Some(env!("CARGO_BIN_EXE_quorumlock").into()),
+                    ..spec
+                },
+                &options,
+            )
+        },
+        |topology| topology,
+    )
+    .await;
+    let report = run(&mut fx.lab, &options).await.expect("chaos run");
+    assert_eq!(report.stale_writes_accepted, 0, "{}", report.table());
+    for kind in ["partition", "latency"] {
+        assert!(
+            report
+                .per_fault
+                .iter()
+                .any(|f| f.fault == kind && f.injected > 0),
+            "no {kind} fault in the run: {}",
+            report.table()
+        );
+    }
+    // Partitions and clock faults keep a group out for longer: fewer acquisitions, and a
+    // waiter may give up more often.
+    assert_safe_and_busy(&report, 1000, 0.95);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -87,6 +87,21 @@ fn compose_file_matches_the_servers_topology() {
             command.contains(&format!("--replicaof {master_host} 6379")),
             "{replica}: {command}"
         );
+        // docs/safety.md: no master evicts keys, and a master cut off from its replica stops
+        // taking writes within the policy's write window.
+        for node in [master_host.as_str(), replica.as_str()] {
+            let command = strings(&services[node]["command"]).join(" ");
+            for setting in [
+                "--maxmemory-policy noeviction",
+                "--min-replicas-to-write 1",
+                "--min-replicas-max-lag 10",
+            ] {
+                assert!(
+                    command.contains(setting),
+                    "{node} lacks {setting}: {command}"
+                );
+            }
+        }
         for (host, port) in sentinels {
             assert!(
                 service_names.contains(&host),

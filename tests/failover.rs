@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{eventually, fixture, lock_key, plain, sentinel_lab};
 use quorumlock::lab::LabSpec;
-use quorumlock::{Error, Locks, Vote};
+use quorumlock::{AdmitOptions, Error, Locks, Vote};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -151,11 +151,12 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
     let policy = fx.lab.spec().policy();
     let restarted: Vec<String> = ["g1", "g2", "g3"].map(String::from).to_vec();
     let admitted = contender
-        .admit(
-            &restarted,
+        .admit(&AdmitOptions {
+            groups: restarted,
             policy,
-            Duration::from_millis(policy.quarantine_ms()),
-        )
+            delay: Duration::from_millis(policy.quarantine_ms()),
+            force: false,
+        })
         .await
         .expect("admit");
     assert!(admitted.iter().all(|a| a.error.is_none()), "{admitted:?}");

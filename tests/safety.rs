@@ -430,3 +430,66 @@ async fn a_client_dropped_without_close_leaves_no_connection_behind() {
         connected().await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_one_after_its_quarantine()
+ {
+    let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
+    let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
+    let admit = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+            .arg("--config")
+            .arg(&config)
+            .arg("admit")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run quorumlock admit")
+    };
+    let lease = fx
+        .locks
+        .acquire("kept")
+        .ttl(2_000 * MS)
+        .await
+        .expect("acquire");
+    // Without a terminal, admit wants --yes.
+    let unconfirmed = admit(&["--group", "g1"]);
+    assert!(!unconfirmed.status.success());
+    assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
+    // g1 holds the lease's keys: admitting it at once could hand the lock to two holders.
+    let refused = admit(&["--group", "g1", "--yes"]);
+    let text = String::from_utf8_lossy(&refused.stdout);
+    assert!(!refused.status.success(), "{text}");
+    assert!(
+        text.contains("REFUSED") && text.contains("missed grants"),
+        "{text}"
+    );
+    // Three masters restarted empty cannot adopt a policy from the two others; an operator
+    // admits them after the quarantine.
+    for group in 0..3 {
+        fx.lab.restart(group).await.expect("restart");
+    }
+    let admitted = admit(&[
+        "--group",
+        "g1",
+        "--group",
+        "g2",
+        "--group",
+        "g3",
+        "--after-ms",
+        "3000",
+        "--yes",
+    ]);
+    let text = String::from_utf8_lossy(&admitted.stdout);
+    assert!(admitted.status.success(), "{text}");
+    let health = fx.locks.health().await;
+    for group in &health.groups[..3] {
+        assert!(
+            matches!(group.admission, Admission::Quarantined { remaining_ms } if remaining_ms > 2_000),
+            "{:?}",
+            group.admission
+        );
+        assert_eq!(group.policy.map(|p| p.max_ttl_ms), Some(3_000));
+    }
+    drop(lease);
+}

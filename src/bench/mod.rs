@@ -267,7 +267,7 @@ async fn contend(locks: &Locks, options: &BenchOptions, resource: &str) -> Conte
                             let acquired_at = Instant::now();
                             max_wait.fetch_max(micros(acquired_at - asked), Ordering::Relaxed);
                             tokio::time::sleep(options.hold).await;
-                            checker.record(Hold::ending_now(&lease, acquired_at));
+                            checker.record(Hold::ending_now(&lease, acquired_at, locks.clock()));
                             let _ = lease.release().await;
                         }
                         Err(Error::Held { .. }) => {}

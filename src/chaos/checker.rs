@@ -1,5 +1,8 @@
-//! The safety checker: every holder reports what it held and when, and the checker proves
-//! that no two holders of one resource overlapped and no fencing token went backwards.
+//! The safety checker: every holder reports what it held and when (in real time, whatever
+//! its own clock said), and the checker proves that no two holders of one resource
+//! overlapped and no fencing token went backwards. An overlap of holds made while an
+//! assumption of docs/safety.md was broken on purpose (a clock jump, a client clock drifting
+//! beyond the allowance) is counted apart, labelled, and never taken for a pass.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,7 +10,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::Lease;
+use crate::{Clock, Lease};
 
 /// One completed hold of a resource, as its holder saw it.
 #[derive(Debug, Clone)]
@@ -20,17 +23,21 @@ pub struct Hold {
     pub valid_until: Instant,
     /// When the holder stopped using it (released or gave up).
     pub released_at: Instant,
+    /// The holder's clock ran outside the drift allowance while it held the lock.
+    pub clock_broken: bool,
 }
 
 impl Hold {
-    /// A hold of `lease` that began at `acquired_at` and ends now.
-    pub fn ending_now(lease: &Lease, acquired_at: Instant) -> Self {
+    /// A hold of `lease` that began at `acquired_at` and ends now. `clock` is the clock the
+    /// lease was measured on, so its validity is compared in real time.
+    pub fn ending_now(lease: &Lease, acquired_at: Instant, clock: &Clock) -> Self {
         Hold {
             resource: lease.resource().to_string(),
             fencing_token: lease.fencing_token(),
             acquired_at,
-            valid_until: lease.valid_until(),
+            valid_until: clock.to_real(lease.valid_until()),
             released_at: Instant::now(),
+            clock_broken: false,
         }
     }
 
@@ -44,8 +51,12 @@ impl Hold {
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Verdict {
     pub holds: usize,
-    /// Pairs of holds of one resource whose relied-on intervals intersect.
+    /// Pairs of holds of one resource whose relied-on intervals intersect, with every
+    /// assumption kept: violations.
     pub overlaps: usize,
+    /// Overlapping pairs where a clock assumption was broken on purpose: a master's clock
+    /// jumped while one of them held, or a holder's clock ran outside the drift allowance.
+    pub overlaps_assumption_broken: usize,
     /// Holds that were granted after another one of the same resource, yet carry a smaller or
     /// equal fencing token.
     pub fencing_regressions: usize,
@@ -78,8 +89,21 @@ impl Checker {
         self.holds.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
-    /// Checks every resource's holds in the order they were granted.
+    /// Checks every resource's holds in the order they were granted, with no assumption
+    /// broken.
     pub fn verdict(&self) -> Verdict {
+        self.verdict_with(&[], std::time::Duration::ZERO)
+    }
+
+    /// [`Checker::verdict`], labelling the overlaps of holds that a master clock jump (at
+    /// one of `jumps`) could have cut short: those that started at most `ttl` before it and
+    /// ended after it.
+    pub fn verdict_with(&self, jumps: &[Instant], ttl: std::time::Duration) -> Verdict {
+        let jumped = |hold: &Hold| {
+            jumps
+                .iter()
+                .any(|jump| hold.acquired_at <= *jump + ttl && hold.relied_until() + ttl >= *jump)
+        };
         let holds = self.holds();
         let mut by_resource: HashMap<&str, Vec<&Hold>> = HashMap::new();
         for hold in &holds {
@@ -99,7 +123,15 @@ impl Checker {
                     if later.acquired_at >= earlier.relied_until() {
                         break;
                     }
-                    verdict.overlaps += 1;
+                    let broken = earlier.clock_broken
+                        || later.clock_broken
+                        || jumped(earlier)
+                        || jumped(later);
+                    if broken {
+                        verdict.overlaps_assumption_broken += 1;
+                    } else {
+                        verdict.overlaps += 1;
+                    }
                 }
             }
             verdict.fencing_regressions += list
@@ -123,6 +155,7 @@ mod tests {
             acquired_at: base + Duration::from_millis(start),
             valid_until: base + Duration::from_millis(end + 100),
             released_at: base + Duration::from_millis(end),
+            clock_broken: false,
         }
     }
 
@@ -138,5 +171,25 @@ mod tests {
         let verdict = checker.verdict();
         assert_eq!(verdict.overlaps, 1);
         assert_eq!(verdict.fencing_regressions, 1);
+    }
+
+    #[test]
+    fn overlaps_around_a_clock_jump_are_labelled_not_passed() {
+        let base = Instant::now();
+        let checker = Checker::new();
+        checker.record(hold(0, 30, 1, base));
+        checker.record(hold(20, 40, 2, base));
+        let jump = base + Duration::from_millis(25);
+        let verdict = checker.verdict_with(&[jump], Duration::from_millis(10));
+        assert_eq!(verdict.overlaps, 0);
+        assert_eq!(verdict.overlaps_assumption_broken, 1);
+        // A jump long after both holds explains nothing.
+        let late = base + Duration::from_millis(500);
+        assert_eq!(
+            checker
+                .verdict_with(&[late], Duration::from_millis(10))
+                .overlaps,
+            1
+        );
     }
 }

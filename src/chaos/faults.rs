@@ -1,6 +1,7 @@
-//! The fault injector: kills, freezes and restarts masters of a lab at random moments (so
-//! also in the middle of acquires), never disrupting more than `max_down` groups at a time,
-//! and brings every group back afterwards.
+//! The fault injector: kills, freezes, restarts, partitions and slows masters of a lab and
+//! makes their clocks jump, at random moments (so also in the middle of acquires), never
+//! disrupting more than `max_down` groups at a time, and brings every group back afterwards.
+//! It keeps the window of every fault, so the report can say what happened during each kind.
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
+use crate::lab::relay::LinkClass;
 use crate::lab::{Lab, LabError};
 
 /// A kind of fault.
@@ -23,21 +25,59 @@ pub enum Fault {
     Restart,
     /// A worker stalls past its lease's validity before it writes (a GC pause).
     Pause,
+    /// Links of a master are cut without closing them: from its replica and Sentinels while
+    /// clients still reach it (a split brain: Sentinel promotes the replica), or from the
+    /// clients; then healed, and the old master rejoins as a replica.
+    Partition,
+    /// Added latency and jitter on a master's client links.
+    Latency,
+    /// Clocks: a master whose clock runs fast or jumps expires its lock keys early (the
+    /// keys' TTLs are cut), and workers' clocks are off and drift (see `ChaosOptions`).
+    /// Drift within `drift_factor` must not cause an overlap; a jump beyond it may, and the
+    /// report labels such overlaps "assumption broken".
+    Clock,
+}
+
+impl Fault {
+    /// The name used on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::Kill => "kill",
+            Fault::Freeze => "freeze",
+            Fault::Restart => "restart",
+            Fault::Pause => "pause",
+            Fault::Partition => "partition",
+            Fault::Latency => "latency",
+            Fault::Clock => "clock",
+        }
+    }
+
+    /// Every fault, in the order reports list them.
+    pub const ALL: [Fault; 7] = [
+        Fault::Kill,
+        Fault::Freeze,
+        Fault::Restart,
+        Fault::Pause,
+        Fault::Partition,
+        Fault::Latency,
+        Fault::Clock,
+    ];
 }
 
 impl FromStr for Fault {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim() {
-            "kill" => Ok(Fault::Kill),
-            "freeze" => Ok(Fault::Freeze),
-            "restart" => Ok(Fault::Restart),
-            "pause" => Ok(Fault::Pause),
-            other => Err(format!(
-                "unknown fault `{other}`; expected kill, freeze, restart or pause"
-            )),
-        }
+        let text = text.trim();
+        Fault::ALL
+            .into_iter()
+            .find(|fault| fault.name() == text)
+            .ok_or_else(|| {
+                format!(
+                    "unknown fault `{text}`; expected one of {}",
+                    Fault::ALL.map(Fault::name).join(", ")
+                )
+            })
     }
 }
 
@@ -45,6 +85,7 @@ impl FromStr for Fault {
 enum Recovery {
     Thaw,
     Revive,
+    Heal,
 }
 
 struct Pending {
@@ -59,12 +100,31 @@ pub struct Injected {
     pub kill: u64,
     pub freeze: u64,
     pub restart: u64,
+    pub partition: u64,
+    pub latency: u64,
+    /// Master clock faults: drifts within the allowance and jumps beyond it.
+    pub clock_drift: u64,
+    pub clock_jump: u64,
 }
 
 impl Injected {
     pub fn total(&self) -> u64 {
-        self.kill + self.freeze + self.restart
+        self.kill
+            + self.freeze
+            + self.restart
+            + self.partition
+            + self.latency
+            + self.clock_drift
+            + self.clock_jump
     }
+}
+
+/// When one fault was in force: from its injection until the group was back.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultWindow {
+    pub fault: Fault,
+    pub start: Instant,
+    pub end: Instant,
 }
 
 pub(crate) struct Injector {
@@ -76,13 +136,29 @@ pub(crate) struct Injector {
     down_until: Vec<Instant>,
     pending: Vec<Pending>,
     pub injected: Injected,
+    /// Every fault injected, with when it was in force.
+    pub windows: Vec<FaultWindow>,
+    /// When a master's clock jumped beyond the drift allowance.
+    pub jumps: Vec<Instant>,
+    /// The lease TTL of the run and the drift allowance's share of it.
+    ttl: Duration,
+    drift_factor: f64,
+    /// The lock keys the workers use.
+    lock_keys: Vec<String>,
 }
 
 /// Time Sentinel may take to promote a replica (down-after plus the election), with margin.
 const FAILOVER_ALLOWANCE: Duration = Duration::from_millis(3000);
 
 impl Injector {
-    pub fn new(groups: usize, faults: &[Fault], max_down: usize, quarantine: Duration) -> Self {
+    pub fn new(
+        groups: usize,
+        faults: &[Fault],
+        max_down: usize,
+        quarantine: Duration,
+        (ttl, drift_factor): (Duration, f64),
+        lock_keys: Vec<String>,
+    ) -> Self {
         let now = Instant::now();
         Injector {
             faults: faults
@@ -95,6 +171,11 @@ impl Injector {
             down_until: vec![now; groups],
             pending: Vec::new(),
             injected: Injected::default(),
+            windows: Vec::new(),
+            jumps: Vec::new(),
+            ttl,
+            drift_factor,
+            lock_keys,
         }
     }
 
@@ -115,7 +196,7 @@ impl Injector {
         let healthy: Vec<usize> = (0..self.down_until.len())
             .filter(|g| self.down_until[*g] <= now)
             .collect();
-        let (group, fault, hold) = {
+        let (group, fault, hold, variant) = {
             let mut rng = rand::thread_rng();
             let (Some(group), Some(fault)) = (
                 healthy.choose(&mut rng).copied(),
@@ -127,6 +208,7 @@ impl Injector {
                 group,
                 fault,
                 Duration::from_millis(rng.gen_range(300..1500)),
+                rng.gen_range(0..4u8),
             )
         };
         match fault {
@@ -148,8 +230,58 @@ impl Injector {
                 self.down_until[group] =
                     Instant::now() + self.quarantine + Duration::from_millis(500);
             }
+            Fault::Partition => {
+                if variant == 0 {
+                    // The clients lose the master; nothing else changes.
+                    lab.partition(group, LinkClass::Client).await?;
+                } else {
+                    // The split brain: Sentinel loses the master and promotes its replica,
+                    // while clients on the old side still reach the old master.
+                    lab.partition(group, LinkClass::Replica).await?;
+                    lab.partition(group, LinkClass::Sentinel).await?;
+                }
+                self.injected.partition += 1;
+                let hold = hold * 3;
+                self.later(group, now + hold, Recovery::Heal);
+                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            }
+            Fault::Latency => {
+                let (delay, jitter) = {
+                    let mut rng = rand::thread_rng();
+                    (
+                        Duration::from_millis(rng.gen_range(5..150)),
+                        Duration::from_millis(rng.gen_range(0..50)),
+                    )
+                };
+                lab.slow(group, delay, jitter).await?;
+                self.injected.latency += 1;
+                self.later(group, now + hold * 2, Recovery::Heal);
+                self.down_until[group] = now + hold * 2;
+            }
+            Fault::Clock => {
+                // Three in four stay within the drift allowance; the fourth jumps.
+                let jump = variant == 0;
+                let cut = if jump {
+                    self.ttl.mul_f64(0.75)
+                } else {
+                    self.ttl.mul_f64(self.drift_factor / 2.0)
+                };
+                cut_lock_ttls(lab, group, &self.lock_keys, cut).await?;
+                if jump {
+                    self.injected.clock_jump += 1;
+                    self.jumps.push(now);
+                } else {
+                    self.injected.clock_drift += 1;
+                }
+                self.down_until[group] = now + self.ttl;
+            }
             Fault::Pause => {}
         }
+        self.windows.push(FaultWindow {
+            fault,
+            start: now,
+            end: self.down_until[group].max(now),
+        });
         tracing::info!(group, ?fault, "chaos: fault injected");
         Ok(())
     }
@@ -180,8 +312,31 @@ impl Injector {
                 Recovery::Revive => {
                     lab.restart(pending.group).await?;
                 }
+                Recovery::Heal => {
+                    lab.heal(pending.group).await?;
+                }
             }
         }
         Ok(())
     }
+}
+
+/// A master whose clock runs fast expires keys early: the live lock keys of `group`'s master
+/// lose `cut` of their remaining time (or expire, when less is left). One script per key, so
+/// a lock released and taken again meanwhile is cut by its own remaining time, never more.
+async fn cut_lock_ttls(
+    lab: &Lab,
+    group: usize,
+    keys: &[String],
+    cut: Duration,
+) -> Result<(), LabError> {
+    const CUT: &str = "local left = redis.call('PTTL', KEYS[1]) \
+        if left > 0 then redis.call('PEXPIRE', KEYS[1], math.max(1, left - tonumber(ARGV[1]))) end \
+        return left";
+    let cut_ms = cut.as_millis().to_string();
+    for key in keys {
+        lab.run_on_master(group, &["EVAL", CUT, "1", key, cut_ms.as_str()])
+            .await?;
+    }
+    Ok(())
 }

@@ -5,6 +5,7 @@
 
 pub mod checker;
 mod faults;
+mod stats;
 mod store;
 
 use std::sync::Arc;
@@ -15,13 +16,13 @@ use rand::Rng;
 use serde::Serialize;
 
 pub use faults::{Fault, Injected};
+pub use stats::FaultStats;
 pub use store::FencedStore;
 
-use crate::Error;
-use crate::Locks;
 use crate::chaos::checker::{Checker, Hold};
 use crate::engine::clock::millis;
 use crate::lab::{Lab, LabError, LabSpec};
+use crate::{Clock, Error, Locks, Topology};
 
 /// Resource names of a chaos run start with this.
 pub const RESOURCE_PREFIX: &str = "chaos:";
@@ -45,6 +46,9 @@ pub struct ChaosOptions {
     pub pause_chance: f64,
     /// Chance that a holder "crashes": it never releases, the TTL must free the lock.
     pub crash_chance: f64,
+    /// Workers run with different client configurations: `max_ttl_ms` and `drift_factor`
+    /// vary from one worker to the next, as during a rolling change of the config.
+    pub mixed_configs: bool,
 }
 
 impl Default for ChaosOptions {
@@ -60,6 +64,7 @@ impl Default for ChaosOptions {
             max_down: 2,
             pause_chance: 0.01,
             crash_chance: 0.005,
+            mixed_configs: false,
         }
     }
 }
@@ -77,13 +82,26 @@ pub struct ChaosReport {
     pub faults_injected: Injected,
     pub pauses: u64,
     pub crashes: u64,
+    /// Overlaps of holders with every assumption kept: violations.
     pub overlaps: usize,
+    /// Overlaps while a clock assumption was broken on purpose (a master clock jump, a
+    /// client clock beyond the drift allowance): not violations of the promise, which
+    /// excludes them, but never a pass either; the fenced store must still reject every
+    /// stale write.
+    pub overlaps_assumption_broken: usize,
     pub fencing_regressions: usize,
     pub stale_writes_rejected: u64,
+    /// Writes the fenced store accepted from a holder after a newer holder had been granted
+    /// the lock (before that one's first write).
+    pub stale_writes_accepted: u64,
     /// Writes refused although their holder's lease was valid: a safety violation.
     pub valid_writes_rejected: u64,
     /// Locks still held after every worker stopped and one TTL passed.
     pub locks_left: usize,
+    /// What happened during each kind of fault.
+    pub per_fault: Vec<FaultStats>,
+    /// The longest time in the run with no successful acquire.
+    pub longest_gap_ms: u64,
 }
 
 impl ChaosReport {
@@ -91,7 +109,20 @@ impl ChaosReport {
         self.overlaps as u64
             + self.fencing_regressions as u64
             + self.valid_writes_rejected
+            + self.stale_writes_accepted
             + self.locks_left as u64
+    }
+
+    /// The one-word outcome: no violation and no assumption broken, no violation but
+    /// overlaps under broken clock assumptions, or violations.
+    pub fn verdict(&self) -> &'static str {
+        match (self.is_safe(), self.overlaps_assumption_broken) {
+            (true, 0) => "SAFE",
+            (true, _) => {
+                "SAFE WITHIN ITS ASSUMPTIONS (overlaps only while a clock assumption was broken; every stale write rejected)"
+            }
+            (false, _) => "VIOLATIONS FOUND",
+        }
     }
 
     pub fn is_safe(&self) -> bool {
@@ -101,8 +132,11 @@ impl ChaosReport {
     /// A human-readable summary.
     pub fn table(&self) -> String {
         let f = &self.faults_injected;
-        [
-            format!("duration                  {:.1} s", self.duration_ms as f64 / 1000.0),
+        let mut lines = vec![
+            format!(
+                "duration                  {:.1} s",
+                self.duration_ms as f64 / 1000.0
+            ),
             format!("acquisitions              {}", self.acquisitions),
             format!(
                 "failed acquires           {} of {} ({:.2}% succeeded within their wait)",
@@ -111,22 +145,38 @@ impl ChaosReport {
                 self.success_rate * 100.0
             ),
             format!(
-                "faults injected           {} (kill {}, freeze {}, restart {}), worker pauses {}, worker crashes {}",
+                "faults injected           {} (kill {}, freeze {}, restart {}, partition {}, latency {}, clock drift {}, clock jump {}), worker pauses {}, worker crashes {}",
                 f.total(),
                 f.kill,
                 f.freeze,
                 f.restart,
+                f.partition,
+                f.latency,
+                f.clock_drift,
+                f.clock_jump,
                 self.pauses,
                 self.crashes
             ),
             format!("overlaps                  {}", self.overlaps),
+            format!(
+                "overlaps, assumption broken {}",
+                self.overlaps_assumption_broken
+            ),
             format!("fencing regressions       {}", self.fencing_regressions),
             format!("stale writes rejected     {}", self.stale_writes_rejected),
+            format!("stale writes accepted     {}", self.stale_writes_accepted),
             format!("valid writes rejected     {}", self.valid_writes_rejected),
             format!("locks still present       {}", self.locks_left),
-            format!("verdict                   {}", if self.is_safe() { "SAFE" } else { "VIOLATIONS FOUND" }),
-        ]
-        .join("\n")
+            format!("longest gap, no acquire   {} ms", self.longest_gap_ms),
+        ];
+        for stats in &self.per_fault {
+            lines.push(format!(
+                "  {:<10} injected {:>4}, acquisitions during {:>6}, longest gap {:>6} ms",
+                stats.fault, stats.injected, stats.acquisitions, stats.longest_gap_ms
+            ));
+        }
+        lines.push(format!("verdict                   {}", self.verdict()));
+        lines.join("\n")
     }
 }
 
@@ -141,10 +191,26 @@ struct Tally {
 }
 
 /// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
-/// died or restarted sits out that long, not the default policy's minute.
+/// died or restarted sits out that long, not the default policy's minute. Partitions and
+/// slow links need the lab's relays (and `spec.binary` to run them); a partition that splits
+/// a group's brain is only safe with `min-replicas-to-write`, so those labs set it, with two
+/// replicas per group: with one, a promoted replica has none left and takes no writes until
+/// the old master rejoins.
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
+    let has = |fault| options.faults.contains(&fault);
     LabSpec {
         max_ttl_ms: millis(options.ttl),
+        links: spec.links || has(Fault::Partition) || has(Fault::Latency),
+        min_replicas_max_lag_s: if has(Fault::Partition) {
+            Some(spec.min_replicas_max_lag_s.unwrap_or(1))
+        } else {
+            spec.min_replicas_max_lag_s
+        },
+        replicas: if has(Fault::Partition) {
+            spec.replicas.max(2)
+        } else {
+            spec.replicas
+        },
         ..spec
     }
 }
@@ -165,24 +231,42 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     let mut topology = lab.topology();
     topology.max_ttl_ms = millis(options.ttl);
     topology.validate()?;
-    let locks = Locks::connect(topology).await?;
+    let locks = Locks::connect(topology.clone()).await?;
     let checker = Arc::new(Checker::new());
     let store = Arc::new(FencedStore::new());
     let tally = Arc::new(Tally::default());
+    // Every worker is a client of its own: its own connections, config and clock.
+    let mut clients = Vec::with_capacity(options.workers);
+    for worker in 0..options.workers {
+        let (config, clock) = worker_setup(worker, &topology, options);
+        clients.push(Locks::connect_with_clock(config, clock).await?);
+    }
     let started = Instant::now();
     let deadline = started + options.duration;
-    let workers: Vec<_> = (0..options.workers)
-        .map(|worker| {
-            let shared = (locks.clone(), checker.clone(), store.clone(), tally.clone());
+    let workers: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(worker, client)| {
+            let shared = (
+                client.clone(),
+                checker.clone(),
+                store.clone(),
+                tally.clone(),
+            );
             tokio::spawn(work(worker, options.clone(), deadline, shared))
         })
         .collect();
 
+    let lock_keys = (0..options.resources)
+        .map(|index| format!("{}:{{{RESOURCE_PREFIX}{index}}}:lock", topology.key_prefix))
+        .collect();
     let mut injector = faults::Injector::new(
-        lab.topology().groups.len(),
+        topology.groups.len(),
         &options.faults,
         options.max_down,
         Duration::from_millis(policy.quarantine_ms()),
+        (options.ttl, topology.drift_factor),
+        lock_keys,
     );
     let mut ticks = tokio::time::interval(options.fault_every);
     ticks.tick().await;
@@ -199,7 +283,11 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         let _ = worker.await;
     }
     let recovered = injector.recover(lab, true).await;
-    let duration = started.elapsed();
+    let ended = Instant::now();
+    let duration = ended - started;
+    for client in &clients {
+        client.close().await;
+    }
 
     // Every lock, crashed holders' included, must be gone one TTL after the last holder.
     tokio::time::sleep(options.ttl + Duration::from_millis(200)).await;
@@ -211,7 +299,9 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     locks.close().await;
     recovered.map_err(lab_failure)?;
 
-    let verdict = checker.verdict();
+    let verdict = checker.verdict_with(&injector.jumps, options.ttl);
+    let (per_fault, longest_gap_ms) =
+        stats::per_fault(&injector.windows, &checker.holds(), (started, ended));
     let attempts = tally.attempts.load(Ordering::Relaxed);
     let acquired = tally.acquired.load(Ordering::Relaxed);
     Ok(ChaosReport {
@@ -228,12 +318,47 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         pauses: tally.pauses.load(Ordering::Relaxed),
         crashes: tally.crashes.load(Ordering::Relaxed),
         overlaps: verdict.overlaps,
+        overlaps_assumption_broken: verdict.overlaps_assumption_broken,
         fencing_regressions: verdict.fencing_regressions,
         stale_writes_rejected: store.rejected()
             - tally.valid_writes_rejected.load(Ordering::Relaxed),
+        stale_writes_accepted: store.stale_accepted(),
         valid_writes_rejected: tally.valid_writes_rejected.load(Ordering::Relaxed),
         locks_left,
+        per_fault,
+        longest_gap_ms,
     })
+}
+
+/// A worker's client config and clock. With clock faults every worker's wall clock is off by
+/// up to two seconds (fencing proposals must cope) and runs at its own rate within the drift
+/// allowance; one worker in four runs 10% slow, far beyond it, and its holds are labelled.
+/// With mixed configs `max_ttl_ms` and `drift_factor` differ from worker to worker.
+fn worker_setup(worker: usize, topology: &Topology, options: &ChaosOptions) -> (Topology, Clock) {
+    let mut config = topology.clone();
+    if options.mixed_configs {
+        config.max_ttl_ms = millis(options.ttl) * (1 + worker as u64 % 3);
+        config.drift_factor = [0.01, 0.02, 0.005][worker % 3];
+    }
+    let clock = if options.faults.contains(&Fault::Clock) {
+        let mut rng = rand::thread_rng();
+        let offset = rng.gen_range(-2_000_000..=2_000_000);
+        let rate = if worker % 4 == 3 {
+            0.9
+        } else {
+            // Within half the smallest allowance: a master's clock may drift the other half.
+            1.0 + rng.gen_range(-0.0025..=0.0025)
+        };
+        Clock::skewed(offset, rate)
+    } else {
+        Clock::system()
+    };
+    (config, clock)
+}
+
+/// Whether a worker's clock runs outside the drift allowance of its config.
+fn clock_broken(clock: &Clock, drift_factor: f64) -> bool {
+    (1.0 - clock.rate()).abs() > drift_factor / 2.0
 }
 
 fn lab_failure(error: LabError) -> Error {
@@ -251,6 +376,7 @@ async fn work(
 ) {
     let owner = format!("chaos-worker-{worker}");
     let pauses = options.faults.contains(&Fault::Pause);
+    let clock_broken = clock_broken(locks.clock(), locks.topology().drift_factor);
     while Instant::now() < deadline {
         let (resource, pause, crash, work) = {
             let mut rng = rand::thread_rng();
@@ -278,6 +404,12 @@ async fn work(
         };
         tally.acquired.fetch_add(1, Ordering::Relaxed);
         let acquired_at = Instant::now();
+        // The holder's first act is to claim the resource with its token, as real fenced
+        // storage learns a token at its first use.
+        store.granted(&resource, lease.fencing_token());
+        if !store.write(&resource, lease.fencing_token()) && lease.validity() > Duration::ZERO {
+            tally.valid_writes_rejected.fetch_add(1, Ordering::Relaxed);
+        }
         if pause {
             // The holder does not know it stalled: it writes as if it still held the lock.
             tally.pauses.fetch_add(1, Ordering::Relaxed);
@@ -288,7 +420,10 @@ async fn work(
         if !store.write(&resource, lease.fencing_token()) && valid {
             tally.valid_writes_rejected.fetch_add(1, Ordering::Relaxed);
         }
-        checker.record(Hold::ending_now(&lease, acquired_at));
+        checker.record(Hold {
+            clock_broken,
+            ..Hold::ending_now(&lease, acquired_at, locks.clock())
+        });
         if crash {
             tally.crashes.fetch_add(1, Ordering::Relaxed);
             let _ = lease.detach();

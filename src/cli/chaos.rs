@@ -11,7 +11,7 @@ use crate::lab::{Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Starts a temporary lab (5 groups with replicas, 3 Sentinels) unless --lab is given.\n\nExample:\n  quorumlock chaos --duration 600 --workers 8 --resources 3 --faults kill,freeze,restart,pause"
+    after_help = "Starts a temporary lab (5 groups with replicas, 3 Sentinels) unless --lab is given.\n\nExample:\n  quorumlock chaos --duration 600 --workers 8 --resources 3 --faults kill,freeze,restart,pause,partition,latency,clock --mixed-configs"
 )]
 pub struct ChaosArgs {
     /// Seconds to run.
@@ -23,7 +23,8 @@ pub struct ChaosArgs {
     /// Resources they contend for.
     #[arg(long, default_value_t = 3)]
     resources: usize,
-    /// Faults to inject, comma-separated: kill, freeze, restart, pause.
+    /// Faults to inject, comma-separated: kill, freeze, restart, pause, partition, latency,
+    /// clock. Partitions and latency run the lab behind relays; see docs/safety.md.
     #[arg(
         long,
         value_delimiter = ',',
@@ -36,6 +37,10 @@ pub struct ChaosArgs {
     /// Milliseconds between two fault decisions.
     #[arg(long, default_value_t = 1500)]
     fault_every_ms: u64,
+    /// Workers run with different max_ttl_ms and drift_factor, as during a rolling change
+    /// of the client config.
+    #[arg(long)]
+    mixed_configs: bool,
 }
 
 pub async fn run(
@@ -54,6 +59,7 @@ pub async fn run(
         faults: args.faults.clone(),
         ttl: Duration::from_millis(args.ttl_ms),
         fault_every: Duration::from_millis(args.fault_every_ms),
+        mixed_configs: args.mixed_configs,
         ..ChaosOptions::default()
     };
     let temporary = if use_running_lab {
@@ -64,7 +70,11 @@ pub async fn run(
     let mut lab = match &temporary {
         Some(dir) => {
             eprintln!("starting a temporary lab in {}", dir.path().display());
-            Lab::start(crate::chaos::lab_spec(LabSpec::new(dir.path()), &options)).await?
+            let spec = LabSpec {
+                binary: Some(std::env::current_exe()?),
+                ..LabSpec::new(dir.path())
+            };
+            Lab::start(crate::chaos::lab_spec(spec, &options)).await?
         }
         None => Lab::open(lab_dir)?,
     };

@@ -209,7 +209,7 @@ async fn work(
                 }
                 let work = Duration::from_millis(rand::thread_rng().gen_range(2..10));
                 tokio::time::sleep(work).await;
-                checker.record(Hold::ending_now(&lease, acquired_at));
+                checker.record(Hold::ending_now(&lease, acquired_at, locks.clock()));
                 counters.acquired.fetch_add(1, Ordering::Relaxed);
                 if lease.attempts() > 1 {
                     counters.waited.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! The `quorumlock` command line: argument parsing, topology lookup, exit codes, and one
 //! module per command family. `main.rs` only calls [`main`].
 
+mod admit;
 mod bench;
 mod chaos;
 mod demo;
@@ -95,6 +96,9 @@ enum Command {
     Extend(locks::ExtendArgs),
     /// Delete a lock whoever holds it (admins: clears a stuck lock).
     ForceRelease(locks::ForceReleaseArgs),
+    /// Give the masters the lock policy and admit them to the vote (a new deployment, a
+    /// raised policy, or masters that lost their data).
+    Admit(admit::AdmitArgs),
     /// Each group's state: master, Sentinels, replicas and lag, latency, quarantine.
     Health,
     /// A live view of one lock, or of all locks, refreshed until Ctrl-C.
@@ -183,6 +187,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 .await
         }
         Command::Health => cli.with_locks(async |l| health::run(l, json).await).await,
+        Command::Admit(args) => {
+            cli.with_locks(async |l| admit::run(l, args, json).await)
+                .await
+        }
         Command::Watch(args) => {
             cli.with_locks(async |l| locks::watch(l, args, json).await)
                 .await

@@ -14,7 +14,7 @@ use crate::Locks;
 use crate::bench::mcp::{self as bench, BenchOptions};
 use crate::config::Topology;
 use crate::mcp::{
-    BearerToken, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
+    BearerToken, Capacity, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
     serve_stdio,
 };
 
@@ -37,9 +37,21 @@ pub struct ServeArgs {
     /// File holding the HTTP bearer token (default: the QUORUMLOCK_MCP_TOKEN environment variable).
     #[arg(long, value_name = "FILE", requires = "http")]
     token_file: Option<PathBuf>,
-    /// Host header accepted on /mcp, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
+    /// Host header accepted on /mcp and /metrics, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
     #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
     allowed_hosts: Vec<String>,
+    /// Open HTTP sessions at most; a new one beyond it is refused (503).
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_SESSIONS", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
+    max_sessions: u64,
+    /// Keepalive leases one session may hold at once.
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_keepalive_per_session: u64,
+    /// Keepalive leases the whole server may hold at once.
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_KEEPALIVE", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
+    max_keepalive: u64,
+    /// Tool calls running at once; a call beyond it waits up to a second, then is refused.
+    #[arg(long, env = "QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    max_concurrent_calls: u64,
     /// Shortest ttl_ms agents may ask for: a margin against clock drift and process pauses.
     #[arg(long, env = "QUORUMLOCK_MCP_MIN_TTL_MS", default_value_t = 5_000)]
     min_ttl_ms: u64,
@@ -87,7 +99,13 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         None => None,
     };
     let locks = Locks::connect(topology).await?;
-    let server = McpServer::new(locks.clone(), limits)?;
+    let capacity = Capacity {
+        max_sessions: usize::try_from(args.max_sessions)?,
+        max_keepalive_per_session: usize::try_from(args.max_keepalive_per_session)?,
+        max_keepalive: usize::try_from(args.max_keepalive)?,
+        max_concurrent_calls: usize::try_from(args.max_concurrent_calls)?,
+    };
+    let server = McpServer::with_capacity(locks.clone(), limits, capacity)?;
     match http {
         Some(options) => {
             serve_http(&server, options, termination(), |addr| {

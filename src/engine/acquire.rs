@@ -13,7 +13,7 @@ use fred::types::Value;
 use rand::Rng;
 use tokio::task::JoinHandle;
 
-use crate::engine::clock::{millis, unix_micros, unix_millis};
+use crate::engine::clock::millis;
 use crate::engine::error::Error;
 use crate::engine::fan_out::{count, fan_out};
 use crate::engine::locks::{
@@ -92,7 +92,7 @@ impl Engine {
         let record = serde_json::to_string(&OwnerRecord {
             owner: options.owner.clone(),
             purpose: options.purpose.clone(),
-            acquired_at_ms: unix_millis(),
+            acquired_at_ms: self.clock.unix_millis(),
         })
         .unwrap_or_default();
         let deadline = Instant::now() + options.wait;
@@ -213,7 +213,8 @@ impl Engine {
         ttl: Duration,
         record: &str,
     ) -> Result<Acquired, (Error, Vec<bool>)> {
-        let started = Instant::now();
+        // Validity is measured on the engine's clock, from before the first call went out.
+        let started = self.clock.now();
         let majority = self.majority;
         let (n, quorum) = (majority.groups, majority.needed);
         let mut may_hold = vec![false; n];
@@ -244,7 +245,7 @@ impl Engine {
                     .collect();
                 return Err((self.denial(resource, votes), may_hold));
             }
-            let fence = self.fences.propose(unix_micros());
+            let fence = self.fences.propose(self.clock.unix_micros());
             let grant = Call {
                 script: LockScript::Acquire,
                 keys: script_keys.clone(),
@@ -300,7 +301,7 @@ impl Engine {
                 .collect();
             let votes = self.votes(replies);
             if granted >= quorum {
-                let elapsed = started.elapsed();
+                let elapsed = self.clock.now().saturating_duration_since(started);
                 let lifetime = lifetime(ttl, self.topology.drift_factor);
                 if elapsed < lifetime {
                     return Ok(Acquired {

@@ -26,6 +26,20 @@ pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
     })
 }
 
+/// What to admit, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitOptions {
+    /// Group names; empty: every group.
+    pub groups: Vec<String>,
+    /// The policy to admit under (a larger one already in force stays).
+    pub policy: Policy,
+    /// How long the masters sit out before they vote: zero for a brand-new deployment; the
+    /// policy's quarantine for masters that may have missed grants.
+    pub delay: Duration,
+    /// Admit at once even a master that holds lock or fence keys.
+    pub force: bool,
+}
+
 /// What [`Locks::admit`] did on one group.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct GroupAdmission {
@@ -34,26 +48,36 @@ pub struct GroupAdmission {
     /// larger than the one asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
-    /// Why the master could not be admitted.
+    /// Replicas that acknowledged the policy, of those connected: a replica promoted before
+    /// it saw a raised policy would sit out the old, shorter quarantine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<ReplicaAcks>,
+    /// Why the master was not admitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
+/// Replicas that acknowledged a write, of those connected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ReplicaAcks {
+    pub acknowledged: u64,
+    pub connected: u64,
+}
+
+/// How long an admission waits for the replicas to acknowledge the policy.
+const REPLICA_WAIT: Duration = Duration::from_secs(2);
+
 impl Locks {
-    /// Admits the masters of `groups` (names; empty: every group) to the vote under at least
-    /// `policy`, after `delay` (zero: at once). For a brand-new deployment, for raising the
-    /// policy, and for masters that lost their data when too few groups hold a policy for
-    /// them to adopt one: then `delay` must cover every lease they may have missed (the
-    /// policy's quarantine). Admitting a master at once that may have missed grants can hand
-    /// one lock to two holders.
-    pub async fn admit(
-        &self,
-        groups: &[String],
-        policy: Policy,
-        delay: Duration,
-    ) -> Result<Vec<GroupAdmission>, Error> {
+    /// Admits the masters of `options.groups` to the vote under at least `options.policy`,
+    /// after `options.delay`, and waits for their replicas to acknowledge the policy. For a
+    /// brand-new deployment, for raising the policy, and for masters that lost their data
+    /// when too few groups hold a policy for them to adopt one: then the delay must cover
+    /// every lease they may have missed (the policy's quarantine). A master that holds lock
+    /// or fence keys may have missed grants, so without `force` it is admitted at once only
+    /// when the delay covers the quarantine.
+    pub async fn admit(&self, options: &AdmitOptions) -> Result<Vec<GroupAdmission>, Error> {
         let engine = &self.engine;
-        for name in groups {
+        for name in &options.groups {
             if !engine.groups.iter().any(|group| &group.name == name) {
                 return Err(Error::invalid(
                     "group",
@@ -61,41 +85,85 @@ impl Locks {
                 ));
             }
         }
+        if options.policy.max_ttl_ms == 0 {
+            return Err(Error::invalid("max_ttl_ms", "must be above 0"));
+        }
         let prefix = &engine.topology.key_prefix;
         let keys = vec![
             admission_key(prefix).as_str().into(),
             policy_key(prefix).as_str().into(),
         ];
         let args = vec![
-            Value::from(policy.max_ttl_ms.to_string()),
-            Value::from(policy.write_window_ms.to_string()),
-            Value::from(millis(delay).to_string()),
+            Value::from(options.policy.max_ttl_ms.to_string()),
+            Value::from(options.policy.write_window_ms.to_string()),
+            Value::from(millis(options.delay).to_string()),
         ];
+        let covered = millis(options.delay) >= options.policy.quarantine_ms();
+        let lock_keys = format!("{prefix}:{{*");
         let chosen = engine
             .groups
             .iter()
-            .filter(|group| groups.is_empty() || groups.contains(&group.name));
+            .filter(|group| options.groups.is_empty() || options.groups.contains(&group.name));
         let admissions = chosen.map(|group| {
-            let (keys, args) = (keys.clone(), args.clone());
+            let (keys, args, lock_keys) = (keys.clone(), args.clone(), lock_keys.as_str());
             async move {
-                let reply = group.eval::<Vec<Value>>(&scripts::ADMIT, keys, args).await;
-                let (policy, error) = match reply {
-                    Reply::Answer(values) => match parse_policy(values.get(1..).unwrap_or(&[])) {
-                        Some(policy) => (Some(policy), None),
-                        None => (None, Some(format!("unexpected admit reply {values:?}"))),
-                    },
-                    Reply::Timeout => (None, Some("timeout".to_string())),
-                    Reply::Failed(message) => (None, Some(message)),
-                    Reply::NotSent(reason) => (None, Some(format!("not sent: {reason}"))),
+                let refused = |error: String| GroupAdmission {
+                    group: group.name.clone(),
+                    policy: None,
+                    replicas: None,
+                    error: Some(error),
                 };
+                if !options.force && !covered {
+                    match group.scan_keys(lock_keys, 1).await {
+                        Reply::Answer(found) if found.is_empty() => {}
+                        Reply::Answer(found) => {
+                            return refused(format!(
+                                "holds lock or fence keys (`{}`), so it may have missed grants: admit it after the policy's quarantine, or force it",
+                                found.join("`, `")
+                            ));
+                        }
+                        other => return refused(format!("cannot look for keys: {}", describe(&other))),
+                    }
+                }
+                let reply = group.eval::<Vec<Value>>(&scripts::ADMIT, keys, args).await;
+                let policy = match reply {
+                    Reply::Answer(values) => match parse_policy(values.get(1..).unwrap_or(&[])) {
+                        Some(policy) => policy,
+                        None => return refused(format!("unexpected admit reply {values:?}")),
+                    },
+                    other => return refused(describe(&other)),
+                };
+                let replicas = group.wait_for_replicas(REPLICA_WAIT).await;
+                tracing::info!(
+                    group = group.name,
+                    max_ttl_ms = policy.max_ttl_ms,
+                    write_window_ms = policy.write_window_ms,
+                    delay_ms = millis(options.delay),
+                    ?replicas,
+                    "admitted a master to the vote"
+                );
                 GroupAdmission {
                     group: group.name.clone(),
-                    policy,
-                    error,
+                    policy: Some(policy),
+                    replicas: replicas.map(|(acknowledged, connected)| ReplicaAcks {
+                        acknowledged,
+                        connected,
+                    }),
+                    error: None,
                 }
             }
         });
         Ok(futures::future::join_all(admissions).await)
+    }
+}
+
+/// A reply that is not an answer, in words.
+fn describe<T>(reply: &Reply<T>) -> String {
+    match reply {
+        Reply::Answer(_) => "answered".to_string(),
+        Reply::Timeout => "timeout".to_string(),
+        Reply::Failed(message) => message.clone(),
+        Reply::NotSent(reason) => format!("not sent: {reason}"),
     }
 }
 

@@ -2,7 +2,7 @@
 //! compare-by-token script fanned out to every group.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fred::types::Value;
 use tokio::task::JoinHandle;
@@ -95,7 +95,7 @@ impl Engine {
         check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
         validate_resource(resource)?;
-        let started = Instant::now();
+        let started = self.clock.now();
         let args: Vec<Value> = vec![token.into(), Value::from(millis(ttl) as i64)];
         let renew = Call {
             script: LockScript::Extend,
@@ -111,7 +111,9 @@ impl Engine {
             .await;
         let renewed = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let lifetime = lifetime(ttl, self.topology.drift_factor);
-        if renewed >= self.majority.needed && started.elapsed() < lifetime {
+        if renewed >= self.majority.needed
+            && self.clock.now().saturating_duration_since(started) < lifetime
+        {
             return Ok(Extended {
                 valid_until: started + lifetime,
                 votes,

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{oneshot, watch};
 
+use crate::engine::clock::Clock;
 use crate::engine::error::Error;
 use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released};
 use crate::engine::vote::GroupVote;
@@ -137,10 +138,12 @@ impl Lease {
 
     /// Time left before the lease may no longer be relied on (zero once it ran out).
     pub fn validity(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.valid_until
+            .saturating_duration_since(self.engine.clock.now())
     }
 
-    /// The monotonic instant the lease stops being valid.
+    /// The monotonic instant the lease stops being valid, on the engine's clock
+    /// ([`crate::Locks::clock`]).
     pub fn valid_until(&self) -> Instant {
         self.valid_until
     }
@@ -267,6 +270,8 @@ pub struct KeptLease {
     token: String,
     fence: u64,
     state: watch::Receiver<KeepaliveState>,
+    /// The engine's clock, which the lease's validity is measured on.
+    clock: Clock,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Option<Result<Released, Error>>>>,
 }
@@ -279,12 +284,14 @@ impl KeptLease {
         });
         let (stop, stopped) = oneshot::channel();
         let (resource, token, fence) = (lease.resource.clone(), lease.token.clone(), lease.fence);
+        let clock = lease.engine.clock.clone();
         let task = tokio::spawn(renew(lease, state_tx, stopped));
         KeptLease {
             resource,
             token,
             fence,
             state,
+            clock,
             stop: Some(stop),
             task: Some(task),
         }
@@ -308,7 +315,9 @@ impl KeptLease {
         if state.ended.is_some() {
             return Duration::ZERO;
         }
-        state.valid_until.saturating_duration_since(Instant::now())
+        state
+            .valid_until
+            .saturating_duration_since(self.clock.now())
     }
 
     /// How the lease ended, if it has.
@@ -386,7 +395,8 @@ async fn renew(
             }
             _ = tokio::time::sleep_until(next.into()) => {}
         }
-        if Instant::now() + ttl > hold_until {
+        let clock = lease.engine.clock.clone();
+        if clock.now() + ttl > hold_until {
             let released = lease.release().await;
             end(&state, LeaseEnd::MaxHold);
             return Some(released);
@@ -408,8 +418,8 @@ async fn renew(
             }
             Err(error) => {
                 // Keep trying while the current validity lasts: the quorum may come back.
-                let retry = Instant::now() + (interval / 4).max(Duration::from_millis(1));
-                if retry >= lease.valid_until {
+                let pause = (interval / 4).max(Duration::from_millis(1));
+                if clock.now() + pause >= lease.valid_until {
                     end(
                         &state,
                         LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),
@@ -417,7 +427,7 @@ async fn renew(
                     return None;
                 }
                 tracing::warn!(resource = %lease.resource, %error, "keepalive renewal failed; retrying");
-                next = retry;
+                next = Instant::now() + pause;
             }
         }
     }

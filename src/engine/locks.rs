@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Topology;
-use crate::engine::clock::millis;
+use crate::engine::clock::{Clock, millis};
 use crate::engine::error::{Error, majority_holder};
 use crate::engine::fence::Fences;
 use crate::engine::lease::{Acquire, Lease};
@@ -52,6 +52,8 @@ pub(crate) struct Engine {
     pub majority: Majority,
     /// Highest fence this process has proposed or seen; proposals always go above it.
     pub fences: Fences,
+    /// Where validity and fencing proposals read the time.
+    pub clock: Clock,
     /// Groups whose lock policy is being adopted now (one adoption at a time per group).
     pub adopting: std::sync::Mutex<Vec<bool>>,
     /// Deletes that outlive their caller (rollbacks, and release retries on a group that
@@ -136,6 +138,12 @@ impl Locks {
     /// Connects to every group of the topology. Groups that are down now do not fail the
     /// call: they reconnect in the background and vote "error" meanwhile.
     pub async fn connect(topology: Topology) -> Result<Locks, Error> {
+        Locks::connect_with_clock(topology, Clock::system()).await
+    }
+
+    /// [`Locks::connect`], reading the time from `clock`: for tests and chaos runs that play
+    /// a client whose clock is off or drifts.
+    pub async fn connect_with_clock(topology: Topology, clock: Clock) -> Result<Locks, Error> {
         topology.validate()?;
         let transport = Transport::from_topology(&topology)?;
         let mut groups = Vec::with_capacity(topology.groups.len());
@@ -155,6 +163,7 @@ impl Locks {
                 groups,
                 topology,
                 fences: Fences::default(),
+                clock,
                 cleanup: TaskTracker::new(),
             }),
         })
@@ -204,6 +213,11 @@ impl Locks {
     /// The topology this client votes over.
     pub fn topology(&self) -> &Topology {
         &self.engine.topology
+    }
+
+    /// The clock validity and fencing proposals are read from.
+    pub fn clock(&self) -> &Clock {
+        &self.engine.clock
     }
 
     /// Votes needed for a majority.

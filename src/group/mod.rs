@@ -511,6 +511,34 @@ impl Group {
         }
     }
 
+    /// Waits, at most `limit`, until every replica connected to the master acknowledged the
+    /// writes this client made so far: `(acknowledged, connected)`, or `None` when the master
+    /// did not say.
+    pub async fn wait_for_replicas(&self, limit: Duration) -> Option<(u64, u64)> {
+        let info = self.info(fred::types::InfoKind::Replication).await;
+        let Reply::Answer(text) = info else {
+            return None;
+        };
+        let connected: u64 = text
+            .lines()
+            .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
+            .and_then(|n| n.parse().ok())?;
+        if connected == 0 {
+            return Some((0, 0));
+        }
+        let wait = self.client.custom::<i64, _>(
+            fred::cmd!("WAIT", blocking: true),
+            vec![
+                Value::from(connected as i64),
+                Value::from(limit.as_millis() as i64),
+            ],
+        );
+        match tokio::time::timeout(limit + Duration::from_secs(1), wait).await {
+            Ok(Ok(acknowledged)) => Some((u64::try_from(acknowledged).unwrap_or(0), connected)),
+            _ => None,
+        }
+    }
+
     /// A new pub/sub client to this group's master (it follows failovers like the main one).
     pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, fred::error::Error> {
         let mut builder = self.builder.clone();

@@ -1,0 +1,120 @@
+//! `quorumlock admit`: gives masters the lock policy and admits them to the vote. For a
+//! brand-new deployment (its masters have no policy and sit out until admitted), for raising
+//! the policy, and for masters that lost their data when too few groups hold a policy to
+//! adopt one (then with `--after-ms` of at least the policy's quarantine).
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::Args;
+
+use super::exit;
+use super::output::{self, or_dash};
+use crate::protocol::Policy;
+use crate::{AdmitOptions, Locks};
+
+#[derive(Debug, Clone, Args)]
+#[command(
+    after_help = "Examples:\n  quorumlock admit --yes                               # a brand-new deployment, every group, at once\n  quorumlock admit --max-ttl-ms 300000 --write-window-ms 12000 --yes   # raise the policy\n  quorumlock admit --group g2 --after-ms 72000 --yes   # a master that lost its data: after the quarantine"
+)]
+pub struct AdmitArgs {
+    /// Group to admit (repeat for several); every group when absent.
+    #[arg(long = "group")]
+    groups: Vec<String>,
+    /// Longest TTL the masters grant. Default: the topology's max_ttl_ms.
+    #[arg(long)]
+    max_ttl_ms: Option<u64>,
+    /// How long an old master cut off from its replica may go on taking writes:
+    /// min-replicas-max-lag plus 2 s, in ms (0 for masters without replicas).
+    #[arg(long, default_value_t = 0)]
+    write_window_ms: u64,
+    /// Milliseconds the masters sit out before they vote (0: at once, for masters that never
+    /// held a lock).
+    #[arg(long, default_value_t = 0)]
+    after_ms: u64,
+    /// Admit at once even masters that hold lock or fence keys (they may have missed grants).
+    #[arg(long)]
+    force: bool,
+    /// Do not ask for confirmation.
+    #[arg(long)]
+    yes: bool,
+}
+
+pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<u8> {
+    let policy = Policy {
+        max_ttl_ms: args.max_ttl_ms.unwrap_or(locks.topology().max_ttl_ms),
+        write_window_ms: args.write_window_ms,
+    };
+    let groups = if args.groups.is_empty() {
+        "every group".to_string()
+    } else {
+        args.groups.join(", ")
+    };
+    if !args.yes
+        && !confirm(&format!(
+            "Admit {groups} to the vote under max_ttl_ms={} write_window_ms={}, after {} ms? [y/N] ",
+            policy.max_ttl_ms, policy.write_window_ms, args.after_ms
+        ))?
+    {
+        eprintln!("nothing admitted");
+        return Ok(exit::USAGE);
+    }
+    let admitted = locks
+        .admit(&AdmitOptions {
+            groups: args.groups.clone(),
+            policy,
+            delay: Duration::from_millis(args.after_ms),
+            force: args.force,
+        })
+        .await?;
+    let failed = admitted.iter().any(|a| a.error.is_some());
+    if json {
+        output::json(&admitted)?;
+    } else {
+        let rows = admitted.iter().map(|a| {
+            [
+                a.group.clone(),
+                if a.error.is_some() {
+                    "REFUSED"
+                } else {
+                    "admitted"
+                }
+                .to_string(),
+                or_dash(a.policy.map(|p| p.max_ttl_ms)),
+                or_dash(a.policy.map(|p| p.write_window_ms)),
+                or_dash(
+                    a.replicas
+                        .map(|r| format!("{}/{}", r.acknowledged, r.connected)),
+                ),
+                or_dash(a.error.as_ref()),
+            ]
+        });
+        print!(
+            "{}",
+            output::table(
+                [
+                    "GROUP",
+                    "RESULT",
+                    "MAX_TTL_MS",
+                    "WINDOW_MS",
+                    "REPLICAS",
+                    "WHY"
+                ],
+                rows
+            )
+        );
+    }
+    Ok(if failed { exit::FAILURE } else { exit::OK })
+}
+
+/// Asks on the terminal; without one, `--yes` is required.
+fn confirm(question: &str) -> anyhow::Result<bool> {
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!("admit changes who may vote: confirm with --yes (no terminal to ask on)");
+    }
+    eprint!("{question}");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
