@@ -8,8 +8,8 @@ mod faults;
 mod stats;
 mod store;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -94,8 +94,13 @@ pub struct ChaosReport {
     /// Writes the fenced store accepted from a holder after a newer holder had been granted
     /// the lock (before that one's first write).
     pub stale_writes_accepted: u64,
-    /// Writes refused although their holder's lease was valid: a safety violation.
+    /// Writes refused although their holder's lease was valid, with every assumption kept: a
+    /// safety violation.
     pub valid_writes_rejected: u64,
+    /// Writes refused although their holder believed its lease valid, while a clock
+    /// assumption was broken (its own clock beyond the allowance, or a master clock jump
+    /// within one TTL): the fenced store doing its job when the lease could not.
+    pub valid_writes_rejected_assumption_broken: u64,
     /// Locks still held after every worker stopped and one TTL passed.
     pub locks_left: usize,
     /// What happened during each kind of fault.
@@ -166,6 +171,10 @@ impl ChaosReport {
             format!("stale writes rejected     {}", self.stale_writes_rejected),
             format!("stale writes accepted     {}", self.stale_writes_accepted),
             format!("valid writes rejected     {}", self.valid_writes_rejected),
+            format!(
+                "  with an assumption broken {}",
+                self.valid_writes_rejected_assumption_broken
+            ),
             format!("locks still present       {}", self.locks_left),
             format!("longest gap, no acquire   {} ms", self.longest_gap_ms),
         ];
@@ -187,7 +196,9 @@ struct Tally {
     failed: AtomicU64,
     pauses: AtomicU64,
     crashes: AtomicU64,
-    valid_writes_rejected: AtomicU64,
+    /// When writes of holders that believed their lease valid were refused, and whether the
+    /// holder's clock was beyond the allowance.
+    valid_writes_rejected: Mutex<Vec<(Instant, bool)>>,
 }
 
 /// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
@@ -300,6 +311,20 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     recovered.map_err(lab_failure)?;
 
     let verdict = checker.verdict_with(&injector.jumps, options.ttl);
+    let rejected_valid = tally
+        .valid_writes_rejected
+        .lock()
+        .map(|list| list.clone())
+        .unwrap_or_default();
+    let explained = |(at, clock_broken): &(Instant, bool)| {
+        *clock_broken
+            || injector
+                .jumps
+                .iter()
+                .any(|jump| *jump <= *at && *at <= *jump + options.ttl * 2)
+    };
+    let broken_valid = rejected_valid.iter().filter(|r| explained(r)).count() as u64;
+    let valid_writes_rejected = rejected_valid.len() as u64 - broken_valid;
     let (per_fault, longest_gap_ms) =
         stats::per_fault(&injector.windows, &checker.holds(), (started, ended));
     let attempts = tally.attempts.load(Ordering::Relaxed);
@@ -320,14 +345,22 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         overlaps: verdict.overlaps,
         overlaps_assumption_broken: verdict.overlaps_assumption_broken,
         fencing_regressions: verdict.fencing_regressions,
-        stale_writes_rejected: store.rejected()
-            - tally.valid_writes_rejected.load(Ordering::Relaxed),
+        stale_writes_rejected: store.rejected() - rejected_valid.len() as u64,
         stale_writes_accepted: store.stale_accepted(),
-        valid_writes_rejected: tally.valid_writes_rejected.load(Ordering::Relaxed),
+        valid_writes_rejected,
+        valid_writes_rejected_assumption_broken: broken_valid,
         locks_left,
         per_fault,
         longest_gap_ms,
     })
+}
+
+impl Tally {
+    fn valid_write_rejected(&self, clock_broken: bool) {
+        if let Ok(mut list) = self.valid_writes_rejected.lock() {
+            list.push((Instant::now(), clock_broken));
+        }
+    }
 }
 
 /// A worker's client config and clock. With clock faults every worker's wall clock is off by
@@ -408,7 +441,7 @@ async fn work(
         // storage learns a token at its first use.
         store.granted(&resource, lease.fencing_token());
         if !store.write(&resource, lease.fencing_token()) && lease.validity() > Duration::ZERO {
-            tally.valid_writes_rejected.fetch_add(1, Ordering::Relaxed);
+            tally.valid_write_rejected(clock_broken);
         }
         if pause {
             // The holder does not know it stalled: it writes as if it still held the lock.
@@ -418,7 +451,7 @@ async fn work(
         tokio::time::sleep(work).await;
         let valid = lease.validity() > Duration::ZERO;
         if !store.write(&resource, lease.fencing_token()) && valid {
-            tally.valid_writes_rejected.fetch_add(1, Ordering::Relaxed);
+            tally.valid_write_rejected(clock_broken);
         }
         checker.record(Hold {
             clock_broken,
