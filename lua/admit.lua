@@ -12,7 +12,14 @@ redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window)
 local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+-- A quarantine in progress is never shortened: raising the policy on a promoted replica
+-- must not let it vote before the leases it may have missed expired.
+local vote_from = now + tonumber(ARGV[3])
+local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from')
+if admitted[1] == history then
+  vote_from = math.max(vote_from, tonumber(admitted[2]) or 0)
+end
 redis.set_repl(redis.REPL_NONE)
-redis.call('HSET', KEYS[1], 'history', history, 'vote_from', now + tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'history', history, 'vote_from', vote_from)
 redis.set_repl(redis.REPL_ALL)
 return {history, max_ttl, window}

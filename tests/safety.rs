@@ -469,6 +469,12 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
     for group in 0..3 {
         fx.lab.restart(group).await.expect("restart");
     }
+    // Without a delay an empty master is refused: other groups hold a policy, so it lost its
+    // data rather than being new.
+    let forgotten = admit(&["--group", "g1", "--yes"]);
+    let text = String::from_utf8_lossy(&forgotten.stdout);
+    assert!(!forgotten.status.success(), "{text}");
+    assert!(text.contains("no lock policy"), "{text}");
     let admitted = admit(&[
         "--group",
         "g1",
@@ -491,5 +497,18 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
         );
         assert_eq!(group.policy.map(|p| p.max_ttl_ms), Some(3_000));
     }
+    // Admitting again at once (raising the policy, say) never shortens a quarantine.
+    let again = admit(&["--group", "g1", "--yes"]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    let health = fx.locks.health().await;
+    assert!(
+        matches!(health.groups[0].admission, Admission::Quarantined { remaining_ms } if remaining_ms > 1_500),
+        "{:?}",
+        health.groups[0].admission
+    );
     drop(lease);
 }

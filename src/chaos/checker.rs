@@ -95,14 +95,18 @@ impl Checker {
         self.verdict_with(&[], std::time::Duration::ZERO)
     }
 
-    /// [`Checker::verdict`], labelling the overlaps of holds that a master clock jump (at
-    /// one of `jumps`) could have cut short: those that started at most `ttl` before it and
-    /// ended after it.
-    pub fn verdict_with(&self, jumps: &[Instant], ttl: std::time::Duration) -> Verdict {
-        let jumped = |hold: &Hold| {
-            jumps
-                .iter()
-                .any(|jump| hold.acquired_at <= *jump + ttl && hold.relied_until() + ttl >= *jump)
+    /// [`Checker::verdict`], labelling the overlaps that a broken clock assumption explains:
+    /// the earlier holder's own clock ran beyond the allowance (a slow clock only lengthens
+    /// its own holder's belief), or a master's clock jumped (at one of `jumps`) while the
+    /// earlier hold was running, cutting its keys short, and the later hold began after the
+    /// jump. `in_flight` is how early a grant may have landed before the holder saw it.
+    pub fn verdict_with(&self, jumps: &[Instant], in_flight: std::time::Duration) -> Verdict {
+        let spans_jump = |earlier: &Hold, later: &Hold| {
+            jumps.iter().any(|jump| {
+                earlier.acquired_at <= *jump + in_flight
+                    && earlier.relied_until() > *jump
+                    && later.acquired_at > *jump
+            })
         };
         let holds = self.holds();
         let mut by_resource: HashMap<&str, Vec<&Hold>> = HashMap::new();
@@ -123,10 +127,7 @@ impl Checker {
                     if later.acquired_at >= earlier.relied_until() {
                         break;
                     }
-                    let broken = earlier.clock_broken
-                        || later.clock_broken
-                        || jumped(earlier)
-                        || jumped(later);
+                    let broken = earlier.clock_broken || spans_jump(earlier, later);
                     if broken {
                         verdict.overlaps_assumption_broken += 1;
                     } else {
@@ -174,22 +175,42 @@ mod tests {
     }
 
     #[test]
+    fn only_the_earlier_holders_slow_clock_explains_an_overlap() {
+        let base = Instant::now();
+        let slow = |start, end, fence, clock_broken| Hold {
+            clock_broken,
+            ..hold(start, end, fence, base)
+        };
+        let checker = Checker::new();
+        checker.record(slow(0, 30, 1, false));
+        checker.record(slow(20, 40, 2, true));
+        assert_eq!(checker.verdict().overlaps, 1);
+        let checker = Checker::new();
+        checker.record(slow(0, 30, 1, true));
+        checker.record(slow(20, 40, 2, false));
+        let verdict = checker.verdict_with(&[], Duration::ZERO);
+        assert_eq!(
+            (verdict.overlaps, verdict.overlaps_assumption_broken),
+            (0, 1)
+        );
+    }
+
+    #[test]
     fn overlaps_around_a_clock_jump_are_labelled_not_passed() {
         let base = Instant::now();
         let checker = Checker::new();
         checker.record(hold(0, 30, 1, base));
         checker.record(hold(20, 40, 2, base));
-        let jump = base + Duration::from_millis(25);
+        // A jump while the earlier hold ran, before the later began, explains the overlap.
+        let jump = base + Duration::from_millis(15);
         let verdict = checker.verdict_with(&[jump], Duration::from_millis(10));
         assert_eq!(verdict.overlaps, 0);
         assert_eq!(verdict.overlaps_assumption_broken, 1);
-        // A jump long after both holds explains nothing.
-        let late = base + Duration::from_millis(500);
-        assert_eq!(
-            checker
-                .verdict_with(&[late], Duration::from_millis(10))
-                .overlaps,
-            1
-        );
+        // A jump after the later hold began, or long after both, explains nothing.
+        for at in [25, 500] {
+            let jump = base + Duration::from_millis(at);
+            let verdict = checker.verdict_with(&[jump], Duration::from_millis(10));
+            assert_eq!(verdict.overlaps, 1, "jump at {at} ms");
+        }
     }
 }

@@ -196,9 +196,8 @@ struct Tally {
     failed: AtomicU64,
     pauses: AtomicU64,
     crashes: AtomicU64,
-    /// When writes of holders that believed their lease valid were refused, and whether the
-    /// holder's clock was beyond the allowance.
-    valid_writes_rejected: Mutex<Vec<(Instant, bool)>>,
+    /// Writes refused although their holders believed their leases valid.
+    valid_writes_rejected: Mutex<Vec<RefusedWrite>>,
 }
 
 /// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
@@ -276,7 +275,15 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         &options.faults,
         options.max_down,
         Duration::from_millis(policy.quarantine_ms()),
-        (options.ttl, topology.drift_factor),
+        // Mixed configs include a drift_factor of 0.005: cut within the smallest allowance.
+        (
+            options.ttl,
+            if options.mixed_configs {
+                topology.drift_factor.min(0.005)
+            } else {
+                topology.drift_factor
+            },
+        ),
         lock_keys,
     );
     let mut ticks = tokio::time::interval(options.fault_every);
@@ -310,18 +317,22 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     locks.close().await;
     recovered.map_err(lab_failure)?;
 
-    let verdict = checker.verdict_with(&injector.jumps, options.ttl);
+    // A grant may land on a master up to one call timeout before its holder hears of it.
+    let in_flight = topology.call_timeout();
+    let verdict = checker.verdict_with(&injector.jumps, in_flight);
     let rejected_valid = tally
         .valid_writes_rejected
         .lock()
         .map(|list| list.clone())
         .unwrap_or_default();
-    let explained = |(at, clock_broken): &(Instant, bool)| {
-        *clock_broken
+    // Only the writer's own hold explains a refusal: its clock, or a jump that cut its keys
+    // while it held them.
+    let explained = |write: &RefusedWrite| {
+        write.clock_broken
             || injector
                 .jumps
                 .iter()
-                .any(|jump| *jump <= *at && *at <= *jump + options.ttl * 2)
+                .any(|jump| write.acquired_at <= *jump + in_flight && *jump <= write.at)
     };
     let broken_valid = rejected_valid.iter().filter(|r| explained(r)).count() as u64;
     let valid_writes_rejected = rejected_valid.len() as u64 - broken_valid;
@@ -355,10 +366,24 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     })
 }
 
+/// A write refused although its holder believed its lease valid.
+#[derive(Debug, Clone, Copy)]
+struct RefusedWrite {
+    at: Instant,
+    /// When the holder's acquire returned.
+    acquired_at: Instant,
+    /// The holder's clock ran beyond the drift allowance.
+    clock_broken: bool,
+}
+
 impl Tally {
-    fn valid_write_rejected(&self, clock_broken: bool) {
+    fn valid_write_rejected(&self, acquired_at: Instant, clock_broken: bool) {
         if let Ok(mut list) = self.valid_writes_rejected.lock() {
-            list.push((Instant::now(), clock_broken));
+            list.push(RefusedWrite {
+                at: Instant::now(),
+                acquired_at,
+                clock_broken,
+            });
         }
     }
 }
@@ -441,7 +466,7 @@ async fn work(
         // storage learns a token at its first use.
         store.granted(&resource, lease.fencing_token());
         if !store.write(&resource, lease.fencing_token()) && lease.validity() > Duration::ZERO {
-            tally.valid_write_rejected(clock_broken);
+            tally.valid_write_rejected(acquired_at, clock_broken);
         }
         if pause {
             // The holder does not know it stalled: it writes as if it still held the lock.
@@ -451,7 +476,7 @@ async fn work(
         tokio::time::sleep(work).await;
         let valid = lease.validity() > Duration::ZERO;
         if !store.write(&resource, lease.fencing_token()) && valid {
-            tally.valid_write_rejected(clock_broken);
+            tally.valid_write_rejected(acquired_at, clock_broken);
         }
         checker.record(Hold {
             clock_broken,

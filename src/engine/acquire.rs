@@ -46,6 +46,26 @@ impl AcquireAnswer {
     }
 }
 
+/// Whether the votes show one holder on a majority of groups (one owner record on all the
+/// `held` votes, and enough of them): then freeing our grants lets no waiter in.
+fn held_by_one_majority(votes: &[GroupVote], needed: usize) -> bool {
+    let mut held = votes.iter().filter_map(|v| match &v.vote {
+        Vote::Held { owner, purpose, .. } => Some((owner, purpose)),
+        _ => None,
+    });
+    let Some(first) = held.next() else {
+        return false;
+    };
+    let mut count = 1;
+    for other in held {
+        if other != first {
+            return false;
+        }
+        count += 1;
+    }
+    count >= needed
+}
+
 fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
     let detail = || integer(values.get(1)).unwrap_or(0);
     match integer(values.first()) {
@@ -142,12 +162,7 @@ impl Engine {
             };
             // With a majority held by others, freeing our few grants lets no waiter in, and
             // announcing it would only wake the other waiters into a vote they lose again.
-            let lock_is_held = error
-                .votes()
-                .iter()
-                .filter(|v| matches!(v.vote, Vote::Held { .. }))
-                .count()
-                >= self.majority.needed;
+            let lock_is_held = held_by_one_majority(error.votes(), self.majority.needed);
             let rolled_back = self.roll_back(&keys, &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {

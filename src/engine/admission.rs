@@ -89,16 +89,23 @@ impl Locks {
             return Err(Error::invalid("max_ttl_ms", "must be above 0"));
         }
         let prefix = &engine.topology.key_prefix;
+        let policy_name = policy_key(prefix);
         let keys = vec![
             admission_key(prefix).as_str().into(),
-            policy_key(prefix).as_str().into(),
+            policy_name.as_str().into(),
         ];
         let args = vec![
             Value::from(options.policy.max_ttl_ms.to_string()),
             Value::from(options.policy.write_window_ms.to_string()),
             Value::from(millis(options.delay).to_string()),
         ];
-        let covered = millis(options.delay) >= options.policy.quarantine_ms();
+        // A master without a policy, while other groups hold one, lost its data: it may be
+        // admitted only after the largest policy's quarantine (or by force). Only when no
+        // group holds a policy is the deployment brand new.
+        let held: Vec<Policy> = engine.read_policies().await.into_iter().flatten().collect();
+        let largest = held.iter().copied().fold(options.policy, Policy::merge);
+        let covered = millis(options.delay) >= largest.quarantine_ms();
+        let brand_new = held.is_empty();
         let lock_keys = format!("{prefix}:{{*");
         let chosen = engine
             .groups
@@ -106,6 +113,7 @@ impl Locks {
             .filter(|group| options.groups.is_empty() || options.groups.contains(&group.name));
         let admissions = chosen.map(|group| {
             let (keys, args, lock_keys) = (keys.clone(), args.clone(), lock_keys.as_str());
+            let policy_name = policy_name.as_str();
             async move {
                 let refused = |error: String| GroupAdmission {
                     group: group.name.clone(),
@@ -114,6 +122,12 @@ impl Locks {
                     error: Some(error),
                 };
                 if !options.force && !covered {
+                    if !brand_new && !group_has_policy(group, policy_name).await {
+                        return refused(format!(
+                            "has no lock policy while other groups hold one, so it lost its data and may have missed grants: admit it with --after-ms {} (the largest policy's quarantine), or force it",
+                            largest.quarantine_ms()
+                        ));
+                    }
                     match group.scan_keys(lock_keys, 1).await {
                         Reply::Answer(found) if found.is_empty() => {}
                         Reply::Answer(found) => {
@@ -155,6 +169,15 @@ impl Locks {
         });
         Ok(futures::future::join_all(admissions).await)
     }
+}
+
+/// Whether `group`'s master holds a lock policy (a master that does not answer counts as
+/// having none: admitting it is refused until it answers).
+async fn group_has_policy(group: &crate::group::Group, policy: &str) -> bool {
+    matches!(
+        group.eval::<Vec<Value>>(&scripts::POLICY, vec![policy.into()], vec![]).await,
+        Reply::Answer(values) if parse_policy(&values).is_some()
+    )
 }
 
 /// A reply that is not an answer, in words.
@@ -200,9 +223,9 @@ impl Engine {
         });
     }
 
-    async fn adopt(&self, targets: &[bool]) {
-        let prefix = &self.topology.key_prefix;
-        let policy = policy_key(prefix);
+    /// Every group's lock policy (`None` where it has none or did not answer).
+    pub(crate) async fn read_policies(&self) -> Vec<Option<Policy>> {
+        let policy = policy_key(&self.topology.key_prefix);
         let replies = fan_out(
             &self.groups,
             |group| {
@@ -211,13 +234,19 @@ impl Engine {
             |_| false,
         )
         .await;
-        let answers: Vec<Option<Policy>> = replies
+        replies
             .iter()
             .map(|reply| match reply {
                 Some(Reply::Answer(values)) => parse_policy(values),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    async fn adopt(&self, targets: &[bool]) {
+        let prefix = &self.topology.key_prefix;
+        let policy = policy_key(prefix);
+        let answers = self.read_policies().await;
         let Some(adopted) = Policy::adopt(&answers, self.majority) else {
             tracing::warn!(
                 with_policy = answers.iter().flatten().count(),
