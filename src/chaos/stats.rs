@@ -1,12 +1,13 @@
 //! What happened during each kind of fault: how many acquisitions succeeded while it was in
 //! force, and the longest stretch in which no acquire succeeded at all.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::Serialize;
 
 use crate::chaos::checker::Hold;
 use crate::chaos::faults::{Fault, FaultWindow};
+use crate::engine::clock::millis;
 
 /// The figures of one kind of fault.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -37,7 +38,6 @@ pub fn per_fault(
         }
         previous = previous.max(start);
     }
-    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let longest = gaps.iter().map(|(a, b)| millis(*b - *a)).max().unwrap_or(0);
     let stats = Fault::ALL
         .into_iter()
@@ -68,6 +68,7 @@ pub fn per_fault(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn hold_at(at: Instant) -> Hold {
         Hold {

@@ -52,6 +52,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{GroupConfig, Topology};
+use crate::engine::clock::millis;
 use crate::protocol::Policy;
 
 use certificates::{tls_settings, write_certificates};
@@ -456,7 +457,6 @@ pub struct RelayState {
 
 impl From<RelayStatus> for RelayState {
     fn from(status: RelayStatus) -> Self {
-        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
         RelayState {
             cut: status
                 .cut

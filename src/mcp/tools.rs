@@ -3,7 +3,7 @@
 //! and calls the tools.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input, schema_for_output};
 use rmcp::model::{CallToolResult, JsonObject};
@@ -11,6 +11,7 @@ use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 
+use crate::engine::clock::millis;
 use crate::{Admission, GroupLockState};
 
 use super::arguments::{self, decode};
@@ -59,10 +60,6 @@ fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
         tracing::error!(%error, "a tool's input schema is invalid; advertising an empty one");
         schema_for_empty_input()
     })
-}
-
-fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[tool_router(vis = "pub(crate)")]
