@@ -202,21 +202,23 @@ struct Tally {
 
 /// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
 /// died or restarted sits out that long, not the default policy's minute. Partitions and
-/// slow links need the lab's relays (and `spec.binary` to run them); a partition that splits
-/// a group's brain is only safe with `min-replicas-to-write`, so those labs set it, with two
-/// replicas per group: with one, a promoted replica has none left and takes no writes until
-/// the old master rejoins.
+/// slow links need the lab's relays (and `spec.binary` to run them). A partition, or a
+/// freeze longer than Sentinel's down-after, splits a group's brain: the old master comes
+/// back beside the promoted replica. That is only safe with `min-replicas-to-write`
+/// (docs/safety.md), so those labs set it, with two replicas per group: with one, a
+/// promoted replica has none left and takes no writes until the old master rejoins.
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     let has = |fault| options.faults.contains(&fault);
+    let split_brain = has(Fault::Partition) || has(Fault::Freeze);
     LabSpec {
         max_ttl_ms: millis(options.ttl),
         links: spec.links || has(Fault::Partition) || has(Fault::Latency),
-        min_replicas_max_lag_s: if has(Fault::Partition) {
+        min_replicas_max_lag_s: if split_brain {
             Some(spec.min_replicas_max_lag_s.unwrap_or(1))
         } else {
             spec.min_replicas_max_lag_s
         },
-        replicas: if has(Fault::Partition) {
+        replicas: if split_brain {
             spec.replicas.max(2)
         } else {
             spec.replicas
