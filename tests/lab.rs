@@ -280,13 +280,15 @@ async fn a_taken_base_port_is_refused_before_anything_starts() {
     let dir = temp_dir();
     let needed = 3 * 2 + 3;
     // Hold a port in the middle of the block (g3's master) while the rest of the block is free.
-    let (listener, base) = (0..20)
-        .find_map(|_| {
-            let listener = TcpListener::bind("127.0.0.1:0").ok()?;
-            let port = listener.local_addr().ok()?.port();
-            let base = port.checked_sub(2).filter(|base| *base > 1024)?;
+    // Blocks are looked for below the kernel's ephemeral range, where the other tests' free
+    // ports and connections (taken from that range) do not crowd them.
+    let (listener, base) = (15_000u16..30_000)
+        .step_by(needed + 1)
+        .find_map(|base| {
+            let middle = base + 2;
+            let listener = TcpListener::bind(("127.0.0.1", middle)).ok()?;
             let rest_free = (base..base + needed as u16)
-                .filter(|candidate| *candidate != port)
+                .filter(|candidate| *candidate != middle)
                 .all(|candidate| TcpListener::bind(("127.0.0.1", candidate)).is_ok());
             rest_free.then_some((listener, base))
         })
