@@ -140,7 +140,10 @@ mod tests {
         let read = clock.unix_micros() as i64;
         // Within a second of five seconds behind: the machine's wall clock may be slewed
         // meanwhile, which the skewed clock (counting on the monotonic one) does not follow.
-        assert!((read + 5_000_000 - real).abs() < 1_000_000, "{read} vs {real}");
+        assert!(
+            (read + 5_000_000 - real).abs() < 1_000_000,
+            "{read} vs {real}"
+        );
         clock.jump(10_000_000);
         assert!(clock.unix_micros() as i64 > real + 4_000_000);
     }
