@@ -66,5 +66,6 @@ pub use engine::locks::{
 };
 pub use engine::protocol;
 pub use engine::resource::{MAX_LABEL_BYTES, MAX_RESOURCE_BYTES, validate_resource};
+pub use engine::scoped::LeaseScope;
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;

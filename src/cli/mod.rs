@@ -9,6 +9,7 @@ mod health;
 pub mod lab;
 mod locks;
 mod output;
+mod run;
 pub mod serve;
 
 use std::path::{Path, PathBuf};
@@ -32,14 +33,21 @@ pub mod exit {
     pub const UNAVAILABLE: u8 = 3;
     /// Anything else (I/O, lab processes, a failed safety check).
     pub const FAILURE: u8 = 4;
+    /// `run`: the lease was lost while the command ran, and the command was stopped. Above
+    /// the sysexits range (64..=78), below 124..=127 (timeout, env, shells) and the 128+N of
+    /// a command killed by a signal.
+    pub const LEASE_LOST: u8 = 121;
 }
 
 const AFTER_HELP: &str = "Examples:
   quorumlock demo                 # start a local lab, run contending workers, kill a master, check safety
   quorumlock lab up               # start a local lab and keep it running
   quorumlock --lab bench          # benchmark against the running lab
+  quorumlock run db:migrations -- ./migrate.sh   # hold a lock while a command runs
 
-Exit codes: 0 ok, 1 held or denied, 2 usage or configuration, 3 quorum unavailable, 4 other failure.";
+Exit codes: 0 ok, 1 held or denied, 2 usage or configuration, 3 quorum unavailable, 4 other failure,
+121 the lease was lost while `run`'s command ran (which was stopped); otherwise `run` exits with
+its command's code.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -90,6 +98,8 @@ enum Command {
     List(locks::ListArgs),
     /// Acquire a lock; print its token, or hold it (renewed) until Ctrl-C with --hold.
     Acquire(locks::AcquireArgs),
+    /// Hold a lock (renewed) while a command runs; release it when the command ends.
+    Run(run::RunArgs),
     /// Release a lock you hold, by token.
     Release(locks::ReleaseArgs),
     /// Renew a lock you hold, by token.
@@ -174,6 +184,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             cli.with_locks(async |l| locks::acquire(l, args, json).await)
                 .await
         }
+        Command::Run(args) => {
+            cli.with_locks(async |l| run::run(l, args, json).await)
+                .await
+        }
         Command::Release(args) => {
             cli.with_locks(async |l| locks::release(l, args, json).await)
                 .await
@@ -213,6 +227,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         Some(Error::Unavailable { .. } | Error::Expired { .. }) => exit::UNAVAILABLE,
         Some(Error::InvalidInput { .. } | Error::Config(_)) => exit::USAGE,
         Some(Error::Setup { .. }) => exit::FAILURE,
+        Some(Error::LeaseLost { .. }) => exit::LEASE_LOST,
         None if error.downcast_ref::<crate::config::ConfigError>().is_some()
             || error.downcast_ref::<NoTopology>().is_some() =>
         {

@@ -80,6 +80,13 @@ pub enum Error {
     /// A group's client could not be set up (not a network failure: those are votes).
     #[error("cannot set up group {group}: {message}")]
     Setup { group: String, message: String },
+
+    /// A lease kept alive for some work ([`crate::Locks::with_lock`]) ended before the work
+    /// did; the work was stopped.
+    #[error(
+        "the lease on `{resource}` was lost while the work ran ({reason}); the work was stopped and may be partly done: check what it wrote (fenced storage rejects writes under its fencing token once a later holder wrote), then acquire again"
+    )]
+    LeaseLost { resource: String, reason: String },
 }
 
 impl From<SetupError> for Error {

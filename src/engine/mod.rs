@@ -17,5 +17,6 @@ pub(crate) mod lease;
 pub(crate) mod locks;
 pub mod protocol;
 pub(crate) mod resource;
+pub(crate) mod scoped;
 pub(crate) mod vote;
 pub(crate) mod waiters;

@@ -1,0 +1,319 @@
+//! `quorumlock run RESOURCE -- CMD ARGS...`: holds a lock, renewed, for exactly as long as a
+//! command runs (like `flock` or `etcdctl lock NAME CMD`). It hands the command the lease in
+//! its environment, passes its exit code through, forwards Ctrl-C and SIGTERM to it, stops it
+//! when the lease is lost, and releases the lock when it ends. stdout belongs to the command:
+//! everything `run` says goes to stderr.
+
+use std::ffi::OsString;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::Instant;
+
+use super::exit;
+use crate::{LeaseEnd, Locks};
+
+const RUN_HELP: &str = "The command runs with QUORUMLOCK_RESOURCE, QUORUMLOCK_TOKEN and QUORUMLOCK_FENCING_TOKEN in its
+environment, while the lease is renewed every third of its TTL. When it ends the lock is
+released and its exit code passed through (killed by a signal: 128 + the signal). Ctrl-C and
+SIGTERM are forwarded to it. If the lease is lost (force-released, expired while the quorum
+was down, or held past max_hold_ms), the command gets SIGTERM, then SIGKILL after --grace-ms,
+and run exits 121. A lock that cannot be taken exits 1 (held) or 3 (quorum unavailable)
+without running the command. run prints only to stderr (one JSON object a line with --json).
+
+Examples:
+  quorumlock run db:migrations -- ./migrate.sh up
+  quorumlock run nightly --wait-ms 60000 --ttl-ms 30000 -- sh -c 'backup --fence \"$QUORUMLOCK_FENCING_TOKEN\"'";
+
+#[derive(Debug, Clone, Args)]
+#[command(after_help = RUN_HELP)]
+pub struct RunArgs {
+    /// The resource to lock.
+    resource: String,
+    /// Lease TTL in milliseconds; renewed every third of it while the command runs.
+    #[arg(long, default_value_t = 15_000)]
+    ttl_ms: u64,
+    /// Keep trying this many milliseconds while it is held elsewhere.
+    #[arg(long, default_value_t = 0)]
+    wait_ms: u64,
+    /// Who holds it (default: $USER@host).
+    #[arg(long)]
+    owner: Option<String>,
+    /// Why (default: "run" and the program's name).
+    #[arg(long)]
+    purpose: Option<String>,
+    /// Once the lease is lost: milliseconds between SIGTERM and SIGKILL to the command.
+    #[arg(long, default_value_t = 5_000)]
+    grace_ms: u64,
+    /// The command and its arguments, after `--`.
+    #[arg(required = true, num_args = 1.., trailing_var_arg = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// Where `run` reports what it does: stderr, as text or as one JSON object a line.
+struct Say {
+    json: bool,
+}
+
+impl Say {
+    fn event(&self, event: Value, text: impl std::fmt::Display) {
+        if self.json {
+            eprintln!("{event}");
+        } else {
+            eprintln!("quorumlock: {text}");
+        }
+    }
+}
+
+pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8> {
+    let say = Say { json };
+    let resource = args.resource.as_str();
+    let program = args.command.first().ok_or_else(|| {
+        crate::Error::invalid("command", "run needs a command to run, after `--`")
+    })?;
+    // Listening from the start: a Ctrl-C while waiting for the lock ends the wait.
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let purpose = args
+        .purpose
+        .clone()
+        .unwrap_or_else(|| format!("run {}", program_name(program)));
+    let request = locks
+        .acquire(resource)
+        .ttl(Duration::from_millis(args.ttl_ms))
+        .wait(Duration::from_millis(args.wait_ms))
+        .owner(args.owner.clone().unwrap_or_else(who_am_i))
+        .purpose(purpose);
+    let interrupted = |signal: i32| -> anyhow::Result<u8> {
+        say.event(
+            json!({"event": "interrupted", "resource": resource, "signal": signal}),
+            format!("interrupted while acquiring {resource}; the command was not run"),
+        );
+        Ok(128 + signal as u8)
+    };
+    let kept = tokio::select! {
+        kept = request.keepalive() => kept.map_err(|error| {
+            anyhow::Error::new(error).context("the command was not run")
+        })?,
+        Some(()) = interrupt.recv() => return interrupted(libc::SIGINT),
+        Some(()) = terminate.recv() => return interrupted(libc::SIGTERM),
+    };
+    let fence = kept.fencing_token();
+    say.event(
+        json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.ttl_ms}),
+        format!(
+            "acquired {resource} with fencing token {fence}; running {}",
+            shown(&args.command)
+        ),
+    );
+
+    let spawned = Command::new(program)
+        .args(&args.command[1..])
+        .env("QUORUMLOCK_RESOURCE", resource)
+        .env("QUORUMLOCK_TOKEN", kept.token())
+        .env("QUORUMLOCK_FENCING_TOKEN", fence.to_string())
+        .kill_on_drop(true)
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            // As shells do: 127 when there is no such program, 126 when it cannot be run.
+            let code = if error.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            say.event(
+                json!({"event": "not_started", "resource": resource, "error": error.to_string(), "exit_code": code}),
+                format!("cannot run {}: {error}", shown(&args.command)),
+            );
+            let _ = kept.release().await;
+            return Ok(code);
+        }
+    };
+
+    let grace = Duration::from_millis(args.grace_ms);
+    let mut lost: Option<String> = None;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status?,
+            end = kept.lost(), if lost.is_none() => {
+                let reason = describe(end);
+                say.event(
+                    json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
+                    format!("lost the lock on {resource} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms", args.grace_ms),
+                );
+                send(&child, libc::SIGTERM);
+                lost = Some(reason);
+                kill_at = Some(Instant::now() + grace);
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                say.event(
+                    json!({"event": "killed", "resource": resource}),
+                    format!("the command outlived the {} ms grace; sending SIGKILL", args.grace_ms),
+                );
+                let _ = child.start_kill();
+                kill_at = None;
+            }
+            Some(()) = interrupt.recv() => {
+                // At a terminal, Ctrl-C already reached the command (it shares our process
+                // group); a second SIGINT could make it skip its own clean shutdown.
+                if !terminal_sent_sigint() {
+                    send(&child, libc::SIGINT);
+                }
+            }
+            Some(()) = terminate.recv() => send(&child, libc::SIGTERM),
+        }
+    };
+    let (code, how) = exit_code_of(status);
+
+    // A loss the keepalive reported as the command ended counts too.
+    let lost = lost.or_else(|| kept.ended().map(describe));
+    if let Some(reason) = lost {
+        // The keepalive gave up already; what it still held is released by token in the
+        // background, and the command closes the connections after it.
+        drop(kept);
+        say.event(
+            json!({"event": "ended", "resource": resource, "exit_code": exit::LEASE_LOST, "command_exit_code": code, "lease_lost": reason, "released": false}),
+            format!(
+                "the command ended ({how}) after the lock on {resource} was lost; exiting {}",
+                exit::LEASE_LOST
+            ),
+        );
+        return Ok(exit::LEASE_LOST);
+    }
+    match kept.release().await {
+        Ok(released) if released.released => say.event(
+            json!({"event": "ended", "resource": resource, "exit_code": code, "released": true, "groups_released": released.groups_released}),
+            format!(
+                "the command ended ({how}); released {resource} on {} groups",
+                released.groups_released
+            ),
+        ),
+        Ok(_) => say.event(
+            json!({"event": "ended", "resource": resource, "exit_code": code, "released": false}),
+            format!(
+                "the command ended ({how}); {resource} was no longer held by this lease (expired or force-released since its last renewal)"
+            ),
+        ),
+        Err(error) => say.event(
+            json!({"event": "ended", "resource": resource, "exit_code": code, "released": false, "error": error.to_string()}),
+            format!(
+                "the command ended ({how}); releasing {resource} failed, its TTL will free it: {error}"
+            ),
+        ),
+    }
+    Ok(code)
+}
+
+/// The exit code `run` passes through, and how to say it: the command's own code, or
+/// 128 + the signal that killed it, as shells do.
+fn exit_code_of(status: ExitStatus) -> (u8, String) {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code as u8, format!("exit code {code}")),
+        (None, Some(signal)) => (
+            (128 + signal).clamp(0, 255) as u8,
+            format!("killed by signal {signal}"),
+        ),
+        (None, None) => (exit::FAILURE, "no exit status".to_string()),
+    }
+}
+
+fn describe(end: LeaseEnd) -> String {
+    match end {
+        LeaseEnd::Lost(reason) => reason,
+        LeaseEnd::MaxHold => "held for max_hold_ms, so the keepalive released it".to_string(),
+        LeaseEnd::Released => "released".to_string(),
+    }
+}
+
+/// Sends `signal` to the command, unless it has been reaped already.
+fn send(child: &Child, signal: i32) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on our own child; `id` is None once it was reaped, so the PID is
+        // still its own.
+        unsafe {
+            libc::kill(pid as libc::pid_t, signal);
+        }
+    }
+}
+
+/// Whether a SIGINT most likely came from the terminal, which sends it to its whole
+/// foreground process group: true when this process is in that group.
+fn terminal_sent_sigint() -> bool {
+    let Ok(tty) = std::fs::File::open("/dev/tty") else {
+        return false;
+    };
+    // SAFETY: both calls only read process state; `tty` is an open descriptor.
+    unsafe { libc::tcgetpgrp(tty.as_raw_fd()) == libc::getpgrp() }
+}
+
+/// The program's file name, for the default purpose (its arguments may hold secrets).
+fn program_name(program: &OsString) -> String {
+    Path::new(program)
+        .file_name()
+        .unwrap_or(program)
+        .to_string_lossy()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
+}
+
+/// The command line, for messages: words with anything but plain characters are quoted
+/// as a shell would need them.
+fn shown(command: &[OsString]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./:=@%+,-".contains(c);
+    command
+        .iter()
+        .map(|part| {
+            let part = part.to_string_lossy();
+            if !part.is_empty() && part.chars().all(plain) {
+                part.into_owned()
+            } else {
+                format!("'{}'", part.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn who_am_i() -> String {
+    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_killed_by_a_signal_exits_128_plus_the_signal() {
+        let killed = ExitStatus::from_raw(libc::SIGKILL);
+        assert_eq!(exit_code_of(killed).0, 128 + libc::SIGKILL as u8);
+        let exited = ExitStatus::from_raw(7 << 8);
+        assert_eq!(exit_code_of(exited), (7, "exit code 7".to_string()));
+    }
+
+    #[test]
+    fn the_command_line_is_shown_as_a_shell_would_read_it() {
+        let command = ["sh", "-c", "echo it's"].map(OsString::from);
+        assert_eq!(shown(&command), r"sh -c 'echo it'\''s'");
+    }
+
+    #[test]
+    fn the_default_purpose_names_the_program_without_its_path_or_arguments() {
+        assert_eq!(program_name(&OsString::from("/usr/bin/pg_dump")), "pg_dump");
+    }
+}

@@ -1,0 +1,406 @@
+//! Two ways to hold a lock for the length of some work, against a lab: `quorumlock run`
+//! around a command (exit codes, the lease in its environment, signals, a lost lease) and
+//! `Locks::with_lock` around a future (its output, release, a lost lease).
+
+mod common;
+
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::plain_lab;
+use quorumlock::{AcquireOptions, Error};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+/// `quorumlock run`'s exit code when the lease was lost (`cli::exit::LEASE_LOST`).
+const LEASE_LOST: i32 = 121;
+/// Long enough for a loaded machine to renew in time, short enough that a renewal (every
+/// third of it) finds a force release quickly.
+const TTL_MS: u64 = 900;
+/// Bound on anything that should take a few renewals at most.
+const PROMPTLY: Duration = Duration::from_secs(10);
+
+/// `quorumlock --config CONFIG run ARGS...` run to the end.
+async fn run_to_end(config: &Path, args: &[&str]) -> std::process::Output {
+    let output = Command::new(BIN)
+        .arg("--config")
+        .arg(config)
+        .arg("run")
+        .args(args)
+        .env_remove("QUORUMLOCK_CONFIG")
+        .stdin(Stdio::null())
+        .output();
+    tokio::time::timeout(PROMPTLY, output)
+        .await
+        .expect("quorumlock run ends")
+        .expect("run quorumlock")
+}
+
+/// A `quorumlock run` in the background, in a process group of its own (never a terminal's
+/// foreground group, so its signals come from this test only). Dropping it before it ended
+/// kills the group: `run` and its command.
+struct Running {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Running {
+    fn start(config: &Path, args: &[&str]) -> Running {
+        let mut child = Command::new(BIN)
+            .arg("--config")
+            .arg(config)
+            .arg("run")
+            .args(args)
+            .env_remove("QUORUMLOCK_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn quorumlock run");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Running { child, stdout }
+    }
+
+    /// Waits for the command to print `line` on its stdout.
+    async fn said(&mut self, line: &str) {
+        let seen = tokio::time::timeout(PROMPTLY, async {
+            while let Some(next) = self.stdout.next_line().await.expect("read stdout") {
+                if next == line {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(seen, Ok(true), "the command never printed {line:?}");
+    }
+
+    fn signal(&self, signal: i32) {
+        let pid = self.child.id().expect("still running") as i32;
+        // SAFETY: kill(2) on the process this test spawned, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Waits (bounded) for `run` to exit; returns its status and its stderr.
+    async fn ended(&mut self) -> (ExitStatus, String) {
+        let status = tokio::time::timeout(PROMPTLY, self.child.wait())
+            .await
+            .expect("quorumlock run ends, it does not hang")
+            .expect("wait");
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .await
+            .expect("read stderr");
+        (status, stderr)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let (Ok(None), Some(pid)) = (self.child.try_wait(), self.child.id()) {
+            // SAFETY: the process group this test created (its leader is still running).
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_hands_the_command_the_lease_passes_its_exit_code_through_and_frees_the_lock() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let seen = fx.path("env");
+    let script = format!(
+        "echo \"$QUORUMLOCK_RESOURCE $QUORUMLOCK_FENCING_TOKEN $QUORUMLOCK_TOKEN\" > '{}'; echo out; exit 7",
+        seen.display()
+    );
+    let ran = run_to_end(&config, &["jobs:nightly", "--", "sh", "-c", &script]).await;
+    assert_eq!(ran.status.code(), Some(7), "{}", text(&ran.stderr));
+    assert_eq!(text(&ran.stdout), "out\n", "stdout is the command's alone");
+
+    let env = std::fs::read_to_string(&seen).expect("the command wrote its environment");
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{env:?}");
+    assert_eq!(fields[0], "jobs:nightly");
+    let fence: u64 = fields[1].parse().expect("a numeric fencing token");
+    assert!(fence > 0);
+    assert_eq!(fields[2].len(), 32, "the token: {env:?}");
+    let stderr = text(&ran.stderr);
+    assert!(
+        stderr.contains(&format!("with fencing token {fence}")) && stderr.contains("released"),
+        "{stderr}"
+    );
+
+    // Released, not left to its TTL: another client takes it at once.
+    let next = fx
+        .client()
+        .await
+        .acquire("jobs:nightly")
+        .await
+        .expect("free right after run");
+    assert!(next.fencing_token() > fence);
+    next.release().await.expect("release");
+
+    // A command killed by a signal: 128 + the signal, as shells report it.
+    let killed = run_to_end(&config, &["jobs:nightly", "--", "sh", "-c", "kill -9 $$"]).await;
+    assert_eq!(
+        killed.status.code(),
+        Some(128 + 9),
+        "{}",
+        text(&killed.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_a_held_lock_exits_1_and_never_starts_the_command() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let held = fx
+        .locks
+        .acquire("deploy")
+        .ttl(Duration::from_secs(30))
+        .owner("alice")
+        .await
+        .expect("acquire");
+    let marker = fx.path("started");
+    let touch = format!("touch '{}'", marker.display());
+    let denied = run_to_end(
+        &config,
+        &["deploy", "--wait-ms", "0", "--", "sh", "-c", &touch],
+    )
+    .await;
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied.stderr));
+    let stderr = text(&denied.stderr);
+    assert!(
+        stderr.contains("not run") && stderr.contains("held by alice"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the command must not have run");
+    held.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_without_a_command_is_a_usage_error_naming_it() {
+    // Arguments are checked before any topology is looked for.
+    let nowhere = Path::new("/nonexistent/quorumlock.toml");
+    for args in [&["deploy"][..], &["deploy", "--"][..]] {
+        let output = run_to_end(nowhere, args).await;
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let stderr = text(&output.stderr);
+        assert!(stderr.contains("COMMAND"), "{args:?}: {stderr}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_sends_the_command_sigterm_and_run_exits_lease_lost() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let trapped = fx.path("trapped");
+    // `sleep & wait`: a shell runs a trap only between commands, and `wait` is one it leaves.
+    let script = format!(
+        "trap 'echo TERM > \"{}\"; kill $! 2>/dev/null; exit 0' TERM; echo ready; sleep 60 >/dev/null 2>&1 & wait",
+        trapped.display()
+    );
+    let ttl = TTL_MS.to_string();
+    let mut run = Running::start(
+        &config,
+        &[
+            "batch",
+            "--ttl-ms",
+            &ttl,
+            "--grace-ms",
+            "5000",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    run.said("ready").await;
+    // Outlive the TTL: only the keepalive keeps it.
+    tokio::time::sleep(Duration::from_millis(TTL_MS + 300)).await;
+    assert!(fx.locks.status("batch").await.expect("status").held);
+
+    let forced = Instant::now();
+    fx.client()
+        .await
+        .force_release("batch")
+        .await
+        .expect("force release");
+    let (status, stderr) = run.ended().await;
+    assert_eq!(status.code(), Some(LEASE_LOST), "{stderr}");
+    assert!(
+        forced.elapsed() < Duration::from_millis(3 * TTL_MS),
+        "noticed at a renewal, not later: {:?}",
+        forced.elapsed()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&trapped).expect("the command got SIGTERM"),
+        "TERM\n"
+    );
+    assert!(stderr.contains("lost the lock on batch"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_ignores_sigterm_after_a_lost_lease_is_killed_after_the_grace() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let ttl = TTL_MS.to_string();
+    let mut run = Running::start(
+        &config,
+        &[
+            "stubborn",
+            "--ttl-ms",
+            &ttl,
+            "--grace-ms",
+            "300",
+            "--",
+            "sh",
+            "-c",
+            "trap '' TERM; echo ready; while :; do sleep 0.1; done",
+        ],
+    );
+    run.said("ready").await;
+    fx.client()
+        .await
+        .force_release("stubborn")
+        .await
+        .expect("force release");
+    let (status, stderr) = run.ended().await;
+    assert_eq!(status.code(), Some(LEASE_LOST), "{stderr}");
+    assert!(stderr.contains("sending SIGKILL"), "{stderr}");
+    assert!(stderr.contains("killed by signal 9"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_to_run_is_forwarded_to_the_command_and_the_lock_released() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let trapped = fx.path("trapped");
+    let script = format!(
+        "trap 'echo INT > \"{}\"; kill $! 2>/dev/null; exit 5' INT; echo ready; sleep 60 >/dev/null 2>&1 & wait",
+        trapped.display()
+    );
+    let mut run = Running::start(&config, &["interactive", "--", "sh", "-c", &script]);
+    run.said("ready").await;
+    assert!(fx.locks.status("interactive").await.expect("status").held);
+
+    run.signal(libc::SIGINT);
+    let (status, stderr) = run.ended().await;
+    assert_eq!(status.code(), Some(5), "the command's own code: {stderr}");
+    assert_eq!(
+        std::fs::read_to_string(&trapped).expect("the command got SIGINT"),
+        "INT\n"
+    );
+    assert!(stderr.contains("released interactive"), "{stderr}");
+    let next = fx.client().await.acquire("interactive").await;
+    assert!(next.is_ok(), "released, not left to its TTL: {next:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_returns_the_work_output_and_releases_the_lock() {
+    let fx = plain_lab().await;
+    let other = fx.client().await;
+    let options = AcquireOptions {
+        ttl: Duration::from_millis(TTL_MS),
+        owner: Some("worker".into()),
+        ..AcquireOptions::default()
+    };
+    let look = &other;
+    let (scope, held_inside, fence_inside) = fx
+        .locks
+        .with_lock("report", &options, |scope| async move {
+            // Outlive the TTL: only the keepalive keeps it.
+            tokio::time::sleep(Duration::from_millis(TTL_MS + 300)).await;
+            let status = look.status("report").await.expect("status");
+            (scope, status.held, status.fencing_token)
+        })
+        .await
+        .expect("with_lock");
+    assert!(held_inside, "held, and renewed, while the work ran");
+    assert_eq!(fence_inside, Some(scope.fencing_token()));
+    assert_eq!(scope.resource(), "report");
+    assert!(
+        scope.is_lost(),
+        "the scope says the lease ended with the work"
+    );
+
+    let next = other.acquire("report").await;
+    assert!(next.is_ok(), "released, not left to its TTL: {next:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_lost_during_with_lock_drops_the_work_and_returns_lease_lost() {
+    let fx = plain_lab().await;
+    let admin = fx.client().await;
+    let options = AcquireOptions {
+        ttl: Duration::from_millis(TTL_MS),
+        ..AcquireOptions::default()
+    };
+    let (started, started_rx) = tokio::sync::oneshot::channel();
+    let (noticed, noticed_rx) = tokio::sync::oneshot::channel();
+    let dropped = Arc::new(AtomicBool::new(false));
+    let work_dropped = DropFlag(dropped.clone());
+    let work = fx.locks.with_lock("import", &options, |scope| async move {
+        let _flag = work_dropped;
+        // A task the work started learns of the loss through its clone of the scope.
+        let watcher = scope.clone();
+        tokio::spawn(async move {
+            watcher.lost().await;
+            let _ = noticed.send(watcher.is_lost());
+        });
+        let _ = started.send(scope.fencing_token());
+        std::future::pending::<()>().await;
+    });
+    let force = async {
+        started_rx.await.expect("the work started");
+        let forced = Instant::now();
+        admin.force_release("import").await.expect("force release");
+        forced
+    };
+    let (outcome, forced) = tokio::time::timeout(PROMPTLY, async { tokio::join!(work, force) })
+        .await
+        .expect("with_lock returns when the lease is lost, though the work never ends");
+    match outcome {
+        Err(Error::LeaseLost { resource, reason }) => {
+            assert_eq!(resource, "import");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected LeaseLost, got {other:?}"),
+    }
+    assert!(
+        forced.elapsed() < Duration::from_millis(3 * TTL_MS),
+        "noticed at a renewal, not later: {:?}",
+        forced.elapsed()
+    );
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "the work future was dropped"
+    );
+    let noticed = tokio::time::timeout(PROMPTLY, noticed_rx).await;
+    assert!(
+        matches!(noticed, Ok(Ok(true))),
+        "the scope's lost() fired: {noticed:?}"
+    );
+}
+
+/// Sets its flag when dropped.
+struct DropFlag(Arc<AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
