@@ -8,8 +8,10 @@
 -- A promoted replica or a master restarted empty starts a new history (a new master_replid)
 -- and sits out max_ttl_ms + write_window_ms: every lease it may have missed has expired by
 -- then, including those an isolated old master granted until it stopped taking writes. The
--- marker (<prefix>:admission = {history, vote_from}) is written without replication, so a
--- replica never inherits its master's admission.
+-- marker (<prefix>:admission = {history, since, vote_from}) is written without replication,
+-- so a replica never inherits its master's admission. The quarantine runs from `since`
+-- under the policy in force now: a policy raised during it (or lost in a failover and raised
+-- again) lengthens it, since the old master may have granted leases that long.
 -- A master that may evict keys (maxmemory set, with a policy other than noeviction) could
 -- drop a live lock or a fence with no change of history, so it does not vote at all.
 -- admission(marker, policy) answers nil when the master may vote, else the reply that
@@ -38,12 +40,12 @@ local function admission(marker, policy_key)
   local history = string.match(info, 'master_replid:(%w+)')
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-  local admitted = redis.call('HMGET', marker, 'history', 'vote_from')
+  local admitted = redis.call('HMGET', marker, 'history', 'vote_from', 'since')
   local left
   if admitted[1] ~= history then
     left = policy_max_ttl + window
     redis.set_repl(redis.REPL_NONE)
-    local written = redis.pcall('HSET', marker, 'history', history, 'vote_from', now + left)
+    local written = redis.pcall('HSET', marker, 'history', history, 'since', now, 'vote_from', now + left)
     -- Replication back on before any error goes up: the calls batched after this one
     -- must replicate their writes.
     redis.set_repl(redis.REPL_ALL)
@@ -51,7 +53,12 @@ local function admission(marker, policy_key)
       error(written)
     end
   else
-    left = tonumber(admitted[2]) - now
+    local vote_from = tonumber(admitted[2])
+    local since = tonumber(admitted[3])
+    if since then
+      vote_from = math.max(vote_from, since + policy_max_ttl + window)
+    end
+    left = vote_from - now
   end
   if left > 0 then
     admission_answer = {3, left}

@@ -11,11 +11,16 @@ if (tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0) == 0 or eviction == 
 end
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from')
+local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from', 'since')
 local policy = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
 local max_ttl = tonumber(policy[1]) or -1
 local window = tonumber(policy[2]) or 0
 if admitted[1] ~= history then
   return {0, 0, max_ttl, window, eviction}
 end
-return {1, tonumber(admitted[2]) - now, max_ttl, window, eviction}
+-- A quarantine runs from `since` under the policy in force now (admission.lua).
+local vote_from = tonumber(admitted[2])
+if admitted[3] and max_ttl >= 0 then
+  vote_from = math.max(vote_from, tonumber(admitted[3]) + max_ttl + window)
+end
+return {1, vote_from - now, max_ttl, window, eviction}

@@ -13,13 +13,17 @@ local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- A quarantine in progress is never shortened: raising the policy on a promoted replica
--- must not let it vote before the leases it may have missed expired.
+-- must not let it vote before the leases it may have missed expired. It keeps its `since`,
+-- so the raised policy lengthens it (admission.lua). An operator's admission of a new
+-- history has no `since`: the operator's delay is its whole quarantine.
 local vote_from = now + tonumber(ARGV[3])
 local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from')
+redis.set_repl(redis.REPL_NONE)
 if admitted[1] == history then
   vote_from = math.max(vote_from, tonumber(admitted[2]) or 0)
+else
+  redis.call('HDEL', KEYS[1], 'since')
 end
-redis.set_repl(redis.REPL_NONE)
 redis.call('HSET', KEYS[1], 'history', history, 'vote_from', vote_from)
 redis.set_repl(redis.REPL_ALL)
 return {history, max_ttl, window}

@@ -14,6 +14,6 @@ local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 redis.set_repl(redis.REPL_NONE)
-redis.call('HSET', KEYS[1], 'history', history, 'vote_from', now + quarantine)
+redis.call('HSET', KEYS[1], 'history', history, 'since', now, 'vote_from', now + quarantine)
 redis.set_repl(redis.REPL_ALL)
 return {1, quarantine}
