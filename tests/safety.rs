@@ -13,7 +13,8 @@ use common::{connect, fence_key, fixture, lock_key, plain, poll_until};
 use fred::prelude::*;
 use fred::types::{CustomCommand, Value};
 use quorumlock::lab::LabSpec;
-use quorumlock::{Admission, Error, Topology, Vote};
+use quorumlock::protocol::Policy;
+use quorumlock::{AdmitOptions, Admission, Error, Topology, Vote};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
@@ -104,6 +105,59 @@ async fn a_master_restarted_empty_sits_out_the_policy_of_the_majority_not_the_cl
         "g1 sits out {remaining_ms} ms: a client's 600 ms set it, not the policy's 3 s"
     );
     assert_eq!(policy.map(|p| p.max_ttl_ms), Some(3_000));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_raised_during_a_quarantine_lengthens_it_to_the_new_policy() {
+    let mut fx = fixture(plain_with_policy(1_000), |topology| topology).await;
+    fx.lab.restart(0).await.expect("restart g1 empty");
+    // g1 adopts the majority's 1 s policy and sits out 1 s from then.
+    let adopted = poll_until(Duration::from_secs(5), || async {
+        if let Ok(lease) = fx.locks.acquire("adopted").ttl(500 * MS).await {
+            let _ = lease.release().await;
+        }
+        let health = fx.locks.health().await;
+        matches!(health.groups[0].admission, Admission::Quarantined { .. }).then_some(())
+    })
+    .await;
+    adopted.expect("g1 adopted a policy and sits out");
+    // The policy is raised to 4 s while g1 sits out: a master that may have missed grants
+    // made under the raised policy must sit out the longer quarantine, counted from the same
+    // start.
+    let raised = fx
+        .locks
+        .admit(&AdmitOptions {
+            groups: vec!["g1".into()],
+            policy: Policy {
+                max_ttl_ms: 4_000,
+                write_window_ms: 0,
+            },
+            delay: Duration::ZERO,
+            force: false,
+        })
+        .await
+        .expect("admit");
+    assert!(raised[0].error.is_none(), "{raised:?}");
+    let health = fx.locks.health().await;
+    assert_eq!(health.groups[0].policy.map(|p| p.max_ttl_ms), Some(4_000));
+    assert!(
+        matches!(health.groups[0].admission, Admission::Quarantined { remaining_ms } if remaining_ms > 2_000),
+        "g1 sits out only what is left of the old 1 s policy: {:?}",
+        health.groups[0].admission
+    );
+    // The master's own vote agrees with its health view.
+    let refused = fx
+        .locks
+        .acquire("after-raise")
+        .ttl(500 * MS)
+        .await
+        .expect("four groups grant");
+    assert!(
+        matches!(refused.votes()[0].vote, Vote::Quarantined { remaining_ms } if remaining_ms > 1_500)
+            || refused.votes()[0].vote == Vote::NotAwaited,
+        "{:?}",
+        refused.votes()[0]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
