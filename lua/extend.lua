@@ -1,17 +1,21 @@
--- Renew the lock's TTL only when it still carries our token. (holder.lua and admission.lua
--- are prepended.)
--- KEYS: lock, admission marker, policy   ARGV: token, ttl_ms
+-- Renew the TTL of every lock of the lease, only when each still carries our token: a group
+-- that lost one of them renews none. (holder.lua and admission.lua are prepended.)
+-- KEYS: the locks, then the admission marker and the policy   ARGV: token, ttl_ms
 -- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms} | {4} unadmitted
---       | {5, max_ttl_ms} ttl above the policy
-local refused = admission(KEYS[2], KEYS[3])
+--       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
+local refused = admission(KEYS[#KEYS - 1], KEYS[#KEYS])
 if refused then
   return refused
 end
 if tonumber(ARGV[2]) > policy_max_ttl then
   return {5, policy_max_ttl}
 end
-if holder_of(redis.call('GET', KEYS[1])) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1}
+for lock = 1, #KEYS - 2 do
+  if holder_of(redis.call('GET', KEYS[lock])) ~= ARGV[1] then
+    return {0}
+  end
 end
-return {0}
+for lock = 1, #KEYS - 2 do
+  redis.call('PEXPIRE', KEYS[lock], ARGV[2])
+end
+return {1}

@@ -65,7 +65,9 @@ pub use engine::locks::{
     AcquireOptions, DEFAULT_TTL, Extended, Locks, MAX_WAIT, MIN_TTL, Released,
 };
 pub use engine::protocol;
-pub use engine::resource::{MAX_LABEL_BYTES, MAX_RESOURCE_BYTES, validate_resource};
+pub use engine::resource::{
+    MAX_LABEL_BYTES, MAX_RESOURCE_BYTES, MAX_SET_RESOURCES, validate_resource,
+};
 pub use engine::scoped::LeaseScope;
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;

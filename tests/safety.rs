@@ -14,7 +14,7 @@ use fred::prelude::*;
 use fred::types::{CustomCommand, Value};
 use quorumlock::lab::LabSpec;
 use quorumlock::protocol::Policy;
-use quorumlock::{AdmitOptions, Admission, Error, Topology, Vote};
+use quorumlock::{Admission, AdmitOptions, Error, Topology, Vote};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 

@@ -21,7 +21,7 @@ use crate::engine::locks::{
     check_ttl, lifetime,
 };
 use crate::engine::protocol::code;
-use crate::engine::resource::{ResourceKeys, validate_label, validate_resource};
+use crate::engine::resource::{LeaseKeys, validate_label};
 use crate::engine::vote::{GroupVote, Vote};
 use crate::engine::waiters::Watch;
 use crate::group::Group;
@@ -31,7 +31,12 @@ use crate::group::reply::{Reply, integer, text};
 /// A group's answer to the acquire script.
 enum AcquireAnswer {
     Granted,
-    Held { remaining_ms: u64, record: String },
+    /// The lease's `member`-th resource (in canonical order) is held by another token.
+    Held {
+        remaining_ms: u64,
+        record: String,
+        member: usize,
+    },
     FenceAhead(u64),
     Quarantined(u64),
     NoPolicy,
@@ -73,6 +78,8 @@ fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
         Some(code::HELD) => Ok(AcquireAnswer::Held {
             remaining_ms: detail(),
             record: text(values.get(2)),
+            // Counted from 1 by the script; a reply without it is about the first.
+            member: usize::try_from(integer(values.get(3)).unwrap_or(1).max(1) - 1).unwrap_or(0),
         }),
         Some(code::FENCE_AHEAD) => Ok(AcquireAnswer::FenceAhead(detail())),
         Some(code::QUARANTINED) => Ok(AcquireAnswer::Quarantined(detail())),
@@ -89,12 +96,12 @@ impl Engine {
         base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
     }
 
+    /// Acquires every resource of `keys` on a majority of groups, all or nothing.
     pub async fn acquire(
         self: &Arc<Self>,
-        resource: &str,
+        keys: &LeaseKeys,
         options: &AcquireOptions,
     ) -> Result<Acquired, Error> {
-        validate_resource(resource)?;
         check_ttl(options.ttl, self.topology.max_ttl())?;
         if options.wait > MAX_WAIT {
             return Err(Error::invalid(
@@ -108,7 +115,6 @@ impl Engine {
         }
         validate_label("owner", options.owner.as_deref())?;
         validate_label("purpose", options.purpose.as_deref())?;
-        let keys = self.keys(resource);
         let record = serde_json::to_string(&OwnerRecord {
             owner: options.owner.clone(),
             purpose: options.purpose.clone(),
@@ -117,15 +123,17 @@ impl Engine {
         .unwrap_or_default();
         let deadline = Instant::now() + options.wait;
         let mut attempts = 0;
-        // Subscribed to the resource's release channel once a wait finds it held.
+        // Subscribed to a release channel once a wait finds the lease's first resource held
+        // (or, for a set, the one that was held).
         let mut watch: Option<Watch> = None;
-        if !options.wait.is_zero() && self.waiters.queued(&keys.released) {
+        let first_channel = &keys.members[0].released;
+        if !options.wait.is_zero() && self.waiters.queued(first_channel) {
             // Other waiters of this process queue for this lock: it is held. Take a place in
             // the queue (releases wake one waiter at a time, the longest waiting first) rather
             // than spend a vote on it; the timer covers a release nobody announces.
             let queued = self
                 .waiters
-                .watch(&self.groups, &keys.released, deadline)
+                .watch(&self.groups, first_channel, deadline)
                 .await;
             let released = queued.notify();
             let fallback = (self.topology.retry_delay() * 10)
@@ -148,10 +156,7 @@ impl Engine {
             if let Some(released) = released.as_mut() {
                 released.as_mut().enable();
             }
-            let (error, may_hold) = match self
-                .attempt(resource, &keys, &token, options.ttl, &record)
-                .await
-            {
+            let (error, may_hold) = match self.attempt(keys, &token, options.ttl, &record).await {
                 Ok(acquired) => {
                     return Ok(Acquired {
                         attempts,
@@ -163,7 +168,7 @@ impl Engine {
             // With a majority held by others, freeing our few grants lets no waiter in, and
             // announcing it would only wake the other waiters into a vote they lose again.
             let lock_is_held = held_by_one_majority(error.votes(), self.majority.needed);
-            let rolled_back = self.roll_back(&keys, &token, may_hold, !lock_is_held);
+            let rolled_back = self.roll_back(keys, &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not
@@ -181,20 +186,27 @@ impl Engine {
             if last || now >= deadline {
                 return Err(error);
             }
-            let holder_left = match &error {
-                Error::Held { holder, .. } => holder
-                    .as_ref()
-                    .map(|h| Duration::from_millis(h.remaining_ms)),
-                _ => None,
+            let (holder_left, held) = match &error {
+                Error::Held {
+                    holder, resource, ..
+                } => (
+                    holder
+                        .as_ref()
+                        .map(|h| Duration::from_millis(h.remaining_ms)),
+                    keys.members
+                        .iter()
+                        .zip(&keys.names)
+                        .find(|(_, name)| *name == resource)
+                        .map(|(member, _)| member.released.clone()),
+                ),
+                _ => (None, None),
             };
-            if watch.is_none() && matches!(error, Error::Held { .. }) {
+            if watch.is_none()
+                && let Some(channel) = held
+            {
                 // Try again at once after subscribing: a release before the subscription
                 // shows up as a free lock, one after it as a message.
-                watch = Some(
-                    self.waiters
-                        .watch(&self.groups, &keys.released, deadline)
-                        .await,
-                );
+                watch = Some(self.waiters.watch(&self.groups, &channel, deadline).await);
                 continue;
             }
             let delay = match (&watch, holder_left) {
@@ -222,8 +234,7 @@ impl Engine {
     /// returns the error and, per group, whether that group may hold our grant.
     async fn attempt(
         self: &Arc<Self>,
-        resource: &str,
-        keys: &ResourceKeys,
+        keys: &LeaseKeys,
         token: &str,
         ttl: Duration,
         record: &str,
@@ -258,7 +269,7 @@ impl Engine {
                         },
                     })
                     .collect();
-                return Err((self.denial(resource, votes), may_hold));
+                return Err((self.denial(&keys.label(), votes), may_hold));
             }
             let fence = self.fences.propose(self.clock.unix_micros());
             let grant = Call {
@@ -307,6 +318,10 @@ impl Engine {
             let granted = count(&replies, |r| {
                 matches!(r, Reply::Answer(AcquireAnswer::Granted))
             });
+            let held_member = replies.iter().find_map(|r| match r {
+                Some(Reply::Answer(AcquireAnswer::Held { member, .. })) => Some(*member),
+                _ => None,
+            });
             let ahead: Vec<u64> = replies
                 .iter()
                 .filter_map(|r| match r {
@@ -329,7 +344,7 @@ impl Engine {
                     });
                 }
                 let error = Error::Expired {
-                    resource: resource.to_string(),
+                    resource: keys.label(),
                     elapsed_ms: millis(elapsed),
                     votes,
                 };
@@ -344,10 +359,10 @@ impl Engine {
                     continue;
                 }
             }
-            return Err((self.denial(resource, votes), may_hold));
+            return Err((self.set_denial(keys, held_member, votes), may_hold));
         }
         // The loop always returns in its last round.
-        Err((self.denial(resource, Vec::new()), may_hold))
+        Err((self.denial(&keys.label(), Vec::new()), may_hold))
     }
 
     /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
@@ -383,6 +398,30 @@ impl Engine {
         }
     }
 
+    /// A denial that names the resource another token holds: for a set, the member a group
+    /// found held, so the caller (and the waiter) know which one to wait for.
+    fn set_denial(
+        &self,
+        keys: &LeaseKeys,
+        held_member: Option<usize>,
+        votes: Vec<GroupVote>,
+    ) -> Error {
+        match self.denial(&keys.label(), votes) {
+            Error::Held {
+                resource,
+                holder,
+                votes,
+            } => Error::Held {
+                resource: held_member
+                    .and_then(|member| keys.names.get(member).cloned())
+                    .unwrap_or(resource),
+                holder,
+                votes,
+            },
+            other => other,
+        }
+    }
+
     fn votes(&self, replies: Vec<Option<Reply<AcquireAnswer>>>) -> Vec<GroupVote> {
         self.groups
             .iter()
@@ -399,6 +438,7 @@ impl Engine {
                     AcquireAnswer::Held {
                         remaining_ms,
                         record,
+                        ..
                     } => {
                         let record = OwnerRecord::parse(&record);
                         Vote::Held {
@@ -417,7 +457,7 @@ impl Engine {
     /// `announce` wakes the resource's waiters once the grants are gone.
     fn roll_back(
         self: &Arc<Self>,
-        keys: &ResourceKeys,
+        keys: &LeaseKeys,
         token: &str,
         may_hold: Vec<bool>,
         announce: bool,
@@ -427,20 +467,15 @@ impl Engine {
         }
         // Announced apart from the release of the lease this token may still win, and from
         // other rollbacks of it, which the waiters must not take for repeats of this one.
+        let announcement = if announce {
+            format!("{token}:rolled-back:{:08x}", rand::random::<u32>())
+        } else {
+            String::new()
+        };
         let release = Call {
             script: LockScript::Release,
             keys: keys.release().into(),
-            args: vec![
-                token.into(),
-                keys.released.as_str().into(),
-                if announce {
-                    format!("{token}:rolled-back:{:08x}", rand::random::<u32>())
-                } else {
-                    String::new()
-                }
-                .into(),
-            ]
-            .into(),
+            args: keys.release_args(token, &announcement).into(),
         };
         Some(self.delete_apart(release, may_hold, 1 + DELETE_RETRIES))
     }
@@ -462,7 +497,16 @@ mod tests {
         ));
         assert!(matches!(
             reply(&[Value::Integer(0), Value::Integer(900), Value::from("{\"owner\":\"a\"}")]),
-            Ok(AcquireAnswer::Held { remaining_ms: 900, record }) if record == "{\"owner\":\"a\"}"
+            Ok(AcquireAnswer::Held { remaining_ms: 900, record, member: 0 }) if record == "{\"owner\":\"a\"}"
+        ));
+        assert!(matches!(
+            reply(&[
+                Value::Integer(0),
+                Value::Integer(900),
+                Value::from(""),
+                Value::Integer(3)
+            ]),
+            Ok(AcquireAnswer::Held { member: 2, .. })
         ));
         assert!(matches!(
             reply(&[Value::Integer(2), Value::from("1700000000000001")]),

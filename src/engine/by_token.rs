@@ -12,7 +12,7 @@ use crate::engine::error::Error;
 use crate::engine::fan_out::{count, fan_out};
 use crate::engine::locks::{DELETE_RETRIES, Engine, Extended, Released, check_ttl, lifetime};
 use crate::engine::protocol::code;
-use crate::engine::resource::validate_resource;
+use crate::engine::resource::{LeaseKeys, validate_resource};
 use crate::engine::vote::{GroupVote, Vote};
 use crate::group::Group;
 use crate::group::batch::{Call, LockScript};
@@ -86,20 +86,20 @@ impl Engine {
             .collect()
     }
 
+    /// Renews every lock of `keys` held under `token`, on a majority of groups.
     pub async fn extend(
         &self,
-        resource: &str,
+        keys: &LeaseKeys,
         token: &str,
         ttl: Duration,
     ) -> Result<Extended, Error> {
         check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
-        validate_resource(resource)?;
         let started = self.clock.now();
         let args: Vec<Value> = vec![token.into(), Value::from(millis(ttl) as i64)];
         let renew = Call {
             script: LockScript::Extend,
-            keys: self.keys(resource).extend().into(),
+            keys: keys.extend().into(),
             args: args.into(),
         };
         let votes = self
@@ -122,17 +122,25 @@ impl Engine {
         if let Some(error) = self.above_policy(ttl, &votes) {
             return Err(error);
         }
-        Err(self.not_held(resource, votes))
+        Err(self.not_held(&keys.label(), votes))
     }
 
-    pub async fn release(self: &Arc<Self>, resource: &str, token: &str) -> Result<Released, Error> {
+    /// Deletes every lock of `keys` still held under `token`, on every group.
+    pub async fn release(
+        self: &Arc<Self>,
+        keys: &LeaseKeys,
+        token: &str,
+    ) -> Result<Released, Error> {
         check_token(token)?;
-        validate_resource(resource)?;
-        let keys = self.keys(resource);
         let release = Call {
             script: LockScript::Release,
             keys: keys.release().into(),
-            args: vec![token.into(), keys.released.as_str().into(), token.into()].into(),
+            args: keys.release_args(token, token).into(),
+        };
+        let wake = || {
+            for member in &keys.members {
+                self.waiters.released(&member.released, token);
+            }
         };
         // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
         // the deletes on every group (calls keep their order per group), so it does not wait
@@ -141,7 +149,7 @@ impl Engine {
             .by_token(
                 |group| lock_call(group, release.clone()),
                 TokenCall::Delete,
-                || self.waiters.released(&keys.released, token),
+                &wake,
             )
             .await;
         // The groups that failed are tried again. Once the lock is gone somewhere, the
@@ -165,16 +173,16 @@ impl Engine {
                     }
                 }
                 if deleted(&votes) >= self.majority.needed {
-                    self.waiters.released(&keys.released, token);
+                    wake();
                 }
             }
         }
-        self.released(resource, votes)
+        self.released(&keys.label(), votes)
     }
 
     pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
         validate_resource(resource)?;
-        let keys = self.keys(resource);
+        let keys = self.resource_keys(resource);
         // Each force release is announced under a name of its own (there is no token).
         let announcement = format!("forced:{}", uuid::Uuid::new_v4().simple());
         let (lock_keys, args) = (

@@ -166,7 +166,7 @@ impl Locks {
     pub async fn status(&self, resource: &str) -> Result<LockStatus, Error> {
         validate_resource(resource)?;
         let engine = &self.engine;
-        let keys = engine.keys(resource).inspect();
+        let keys = engine.resource_keys(resource).inspect();
         let replies = fan_out(
             &engine.groups,
             |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),

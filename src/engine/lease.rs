@@ -12,23 +12,39 @@ use tokio::sync::{oneshot, watch};
 use crate::engine::clock::Clock;
 use crate::engine::error::Error;
 use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released};
+use crate::engine::resource::LeaseKeys;
 use crate::engine::vote::GroupVote;
 
 /// An acquire being built: `locks.acquire("x").ttl(..).wait(..).owner(..).await`.
 #[must_use = "an acquire does nothing until it is awaited"]
 pub struct Acquire {
     locks: Locks,
-    resource: String,
+    target: Target,
     options: AcquireOptions,
+}
+
+/// What an acquire asks for.
+enum Target {
+    One(String),
+    /// Several resources, all or nothing.
+    Set(Vec<String>),
 }
 
 impl Acquire {
     pub(crate) fn new(locks: Locks, resource: String) -> Self {
+        Acquire::with_target(locks, Target::One(resource))
+    }
+
+    pub(crate) fn set(locks: Locks, resources: Vec<String>) -> Self {
+        Acquire::with_target(locks, Target::Set(resources))
+    }
+
+    fn with_target(locks: Locks, target: Target) -> Self {
         let mut options = AcquireOptions::default();
         options.ttl = options.ttl.min(locks.topology().max_ttl());
         Acquire {
             locks,
-            resource,
+            target,
             options,
         }
     }
@@ -68,7 +84,14 @@ impl IntoFuture for Acquire {
     type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move { self.locks.acquire_with(&self.resource, &self.options).await })
+        Box::pin(async move {
+            match &self.target {
+                Target::One(resource) => self.locks.acquire_with(resource, &self.options).await,
+                Target::Set(resources) => {
+                    self.locks.acquire_all_with(resources, &self.options).await
+                }
+            }
+        })
     }
 }
 
@@ -76,7 +99,7 @@ impl IntoFuture for Acquire {
 /// Dropping a lease that was not released releases it in the background.
 pub struct Lease {
     engine: Arc<Engine>,
-    resource: String,
+    keys: Arc<LeaseKeys>,
     token: String,
     fence: u64,
     ttl: Duration,
@@ -91,7 +114,10 @@ pub struct Lease {
 /// token, and to write with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Detached {
+    /// The resource; for a set, the first of [`Detached::resources`].
     pub resource: String,
+    /// Every resource the lease holds, in canonical order (one, unless it is a set).
+    pub resources: Vec<String>,
     /// The secret that proves ownership to release and extend.
     pub token: String,
     pub fencing_token: u64,
@@ -100,13 +126,13 @@ pub struct Detached {
 impl Lease {
     pub(crate) fn new(
         engine: Arc<Engine>,
-        resource: String,
+        keys: Arc<LeaseKeys>,
         ttl: Duration,
         acquired: Acquired,
     ) -> Self {
         Lease {
             engine,
-            resource,
+            keys,
             token: acquired.token,
             fence: acquired.fence,
             ttl,
@@ -118,8 +144,15 @@ impl Lease {
         }
     }
 
+    /// The resource this lease holds; for a set, the first of [`Lease::resources`].
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.keys.names[0]
+    }
+
+    /// Every resource this lease holds, in canonical (sorted) order: one, unless it came
+    /// from [`crate::Locks::acquire_all`].
+    pub fn resources(&self) -> &[String] {
+        &self.keys.names
     }
 
     /// The secret that proves ownership to release and extend.
@@ -127,7 +160,9 @@ impl Lease {
         &self.token
     }
 
-    /// Strictly larger than the fencing token of every earlier holder of this resource.
+    /// Strictly larger than the fencing token of every earlier holder of this resource. A set
+    /// carries the same fencing token for each of its resources, and it is above every
+    /// earlier holder's of each of them.
     pub fn fencing_token(&self) -> u64 {
         self.fence
     }
@@ -170,7 +205,7 @@ impl Lease {
 
     /// Renews the lease for `ttl` on a majority; returns the new validity.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
-        let extended = self.engine.extend(&self.resource, &self.token, ttl).await?;
+        let extended = self.engine.extend(&self.keys, &self.token, ttl).await?;
         self.ttl = ttl;
         self.valid_until = extended.valid_until;
         self.votes = extended.votes;
@@ -180,7 +215,7 @@ impl Lease {
     /// Releases the lease on every group.
     pub async fn release(mut self) -> Result<Released, Error> {
         self.open = false;
-        self.engine.release(&self.resource, &self.token).await
+        self.engine.release(&self.keys, &self.token).await
     }
 
     /// Gives up responsibility for releasing: the lock stays until its TTL or an explicit
@@ -188,7 +223,8 @@ impl Lease {
     pub fn detach(mut self) -> Detached {
         self.open = false;
         Detached {
-            resource: std::mem::take(&mut self.resource),
+            resource: self.resource().to_string(),
+            resources: self.keys.names.clone(),
             token: std::mem::take(&mut self.token),
             fencing_token: self.fence,
         }
@@ -199,7 +235,7 @@ impl Lease {
         self.open = false;
         let lease = Lease {
             engine: self.engine.clone(),
-            resource: self.resource.clone(),
+            keys: self.keys.clone(),
             token: self.token.clone(),
             fence: self.fence,
             ttl: self.ttl,
@@ -217,7 +253,7 @@ impl std::fmt::Debug for Lease {
     // The token is left out: it is the secret that releases the lock.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("resource", &self.resource)
+            .field("resources", &self.keys.names)
             .field("fencing_token", &self.fence)
             .field("validity", &self.validity())
             .finish_non_exhaustive()
@@ -232,14 +268,12 @@ impl Drop for Lease {
         // Without a runtime there is nothing to release with; the TTL frees the lock.
         if tokio::runtime::Handle::try_current().is_ok() {
             let engine = self.engine.clone();
-            let (resource, token) = (
-                std::mem::take(&mut self.resource),
-                std::mem::take(&mut self.token),
-            );
+            let (keys, token) = (self.keys.clone(), std::mem::take(&mut self.token));
             // Tracked with the engine's other background deletes: `Locks::close` waits for it.
             let cleanup = engine.cleanup.clone();
             cleanup.spawn(async move {
-                if let Err(error) = engine.release(&resource, &token).await {
+                if let Err(error) = engine.release(&keys, &token).await {
+                    let resource = keys.label();
                     tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
                 }
             });
@@ -266,7 +300,7 @@ struct KeepaliveState {
 
 /// A lease that a background task keeps renewing. Dropping it stops renewal and releases it.
 pub struct KeptLease {
-    resource: String,
+    resources: Vec<String>,
     token: String,
     fence: u64,
     state: watch::Receiver<KeepaliveState>,
@@ -283,11 +317,12 @@ impl KeptLease {
             ended: None,
         });
         let (stop, stopped) = oneshot::channel();
-        let (resource, token, fence) = (lease.resource.clone(), lease.token.clone(), lease.fence);
+        let (resources, token, fence) =
+            (lease.keys.names.clone(), lease.token.clone(), lease.fence);
         let clock = lease.engine.clock.clone();
         let task = tokio::spawn(renew(lease, state_tx, stopped));
         KeptLease {
-            resource,
+            resources,
             token,
             fence,
             state,
@@ -297,8 +332,14 @@ impl KeptLease {
         }
     }
 
+    /// The resource this lease holds; for a set, the first of [`KeptLease::resources`].
     pub fn resource(&self) -> &str {
-        &self.resource
+        &self.resources[0]
+    }
+
+    /// Every resource this lease holds, in canonical order.
+    pub fn resources(&self) -> &[String] {
+        &self.resources
     }
 
     pub fn token(&self) -> &str {
@@ -356,7 +397,7 @@ impl KeptLease {
 impl std::fmt::Debug for KeptLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeptLease")
-            .field("resource", &self.resource)
+            .field("resources", &self.resources)
             .field("fencing_token", &self.fence)
             .field("validity", &self.validity())
             .field("ended", &self.ended())
@@ -426,7 +467,7 @@ async fn renew(
                     );
                     return None;
                 }
-                tracing::warn!(resource = %lease.resource, %error, "keepalive renewal failed; retrying");
+                tracing::warn!(resource = %lease.keys.label(), %error, "keepalive renewal failed; retrying");
                 next = Instant::now() + pause;
             }
         }

@@ -16,7 +16,7 @@ use crate::engine::clock::{Clock, millis};
 use crate::engine::error::{Error, majority_holder};
 use crate::engine::fence::Fences;
 use crate::engine::lease::{Acquire, Lease};
-use crate::engine::resource::ResourceKeys;
+use crate::engine::resource::{LeaseKeys, ResourceKeys, validate_resource};
 use crate::engine::vote::{GroupVote, Majority, Vote};
 use crate::engine::waiters::Waiters;
 use crate::group::Group;
@@ -180,10 +180,41 @@ impl Locks {
         resource: &str,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let acquired = self.engine.acquire(resource, options).await?;
+        validate_resource(resource)?;
+        let keys = self.engine.keys(resource);
+        self.acquire_keys(keys, options).await
+    }
+
+    /// Starts building an acquire of several resources at once, all or nothing: one lease,
+    /// one token, and one fencing token that every resource of the set carries. Names may
+    /// come in any order (the groups see one canonical order, so two callers naming the same
+    /// resources never deadlock); `.await` it like [`Locks::acquire`].
+    pub fn acquire_all<S: AsRef<str>>(&self, resources: &[S]) -> Acquire {
+        Acquire::set(
+            self.clone(),
+            resources.iter().map(|r| r.as_ref().to_string()).collect(),
+        )
+    }
+
+    /// [`Locks::acquire_all`] with explicit options.
+    pub async fn acquire_all_with<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        self.acquire_keys(keys, options).await
+    }
+
+    async fn acquire_keys(
+        &self,
+        keys: LeaseKeys,
+        options: &AcquireOptions,
+    ) -> Result<Lease, Error> {
+        let acquired = self.engine.acquire(&keys, options).await?;
         Ok(Lease::new(
             self.engine.clone(),
-            resource.to_string(),
+            Arc::new(keys),
             options.ttl,
             acquired,
         ))
@@ -196,12 +227,40 @@ impl Locks {
         token: &str,
         ttl: Duration,
     ) -> Result<Extended, Error> {
-        self.engine.extend(resource, token, ttl).await
+        validate_resource(resource)?;
+        self.engine
+            .extend(&self.engine.keys(resource), token, ttl)
+            .await
+    }
+
+    /// Renews every resource of a set held under `token` (see [`Locks::acquire_all`]); a
+    /// group counts only when it still holds all of them.
+    pub async fn extend_all<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Extended, Error> {
+        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        self.engine.extend(&keys, token, ttl).await
     }
 
     /// Deletes the lock on every group where it still carries `token`.
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
-        self.engine.release(resource, token).await
+        validate_resource(resource)?;
+        self.engine
+            .release(&self.engine.keys(resource), token)
+            .await
+    }
+
+    /// Deletes every resource of a set still held under `token`, on every group.
+    pub async fn release_all<S: AsRef<str>>(
+        &self,
+        resources: &[S],
+        token: &str,
+    ) -> Result<Released, Error> {
+        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        self.engine.release(&keys, token).await
     }
 
     /// Deletes the lock on every group whoever holds it; for operators clearing a stuck
@@ -270,8 +329,14 @@ pub(crate) fn lifetime(ttl: Duration, drift_factor: f64) -> Duration {
 }
 
 impl Engine {
-    pub fn keys(&self, resource: &str) -> ResourceKeys {
+    /// The keys of one resource.
+    pub fn resource_keys(&self, resource: &str) -> ResourceKeys {
         ResourceKeys::new(&self.topology.key_prefix, resource)
+    }
+
+    /// The keys of one resource, as a lease of one.
+    pub fn keys(&self, resource: &str) -> LeaseKeys {
+        LeaseKeys::one(&self.topology.key_prefix, resource)
     }
 
     /// Why a vote without a majority failed: the infrastructure when too few groups

@@ -47,33 +47,115 @@ impl ResourceKeys {
         }
     }
 
-    /// Keys of the acquire script.
-    pub fn acquire(&self) -> Vec<Key> {
-        vec![
-            self.lock.clone(),
-            self.fence.clone(),
-            self.admission.clone(),
-            self.policy.clone(),
-        ]
-    }
-
     /// Keys of the inspect script.
     pub fn inspect(&self) -> Vec<Key> {
         vec![self.lock.clone(), self.fence.clone()]
     }
 
-    /// Keys of the extend script.
-    pub fn extend(&self) -> Vec<Key> {
-        vec![
-            self.lock.clone(),
-            self.admission.clone(),
-            self.policy.clone(),
-        ]
-    }
-
-    /// Keys of the release script.
+    /// Keys of the force release script.
     pub fn release(&self) -> Vec<Key> {
         vec![self.lock.clone()]
+    }
+}
+
+/// Most resources one lease may take at once: every grant reads and writes all of them in one
+/// script call, which holds the master meanwhile.
+pub const MAX_SET_RESOURCES: usize = 64;
+
+/// What one lease holds on every group: one resource, or several taken all or nothing. The
+/// names are in one canonical (sorted) order, so two leases naming the same resources in any
+/// order send the same keys.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseKeys {
+    pub names: Vec<String>,
+    pub members: Vec<ResourceKeys>,
+}
+
+impl LeaseKeys {
+    /// The keys of one resource, named as given (checked by the caller).
+    pub fn one(prefix: &str, resource: &str) -> Self {
+        LeaseKeys {
+            names: vec![resource.to_string()],
+            members: vec![ResourceKeys::new(prefix, resource)],
+        }
+    }
+
+    /// The keys of a set of resources: at least one, at most [`MAX_SET_RESOURCES`], each
+    /// a valid name, none named twice.
+    pub fn set<S: AsRef<str>>(prefix: &str, resources: &[S]) -> Result<Self, Error> {
+        if resources.is_empty() {
+            return Err(Error::invalid(
+                "resources",
+                "must name at least one resource",
+            ));
+        }
+        if resources.len() > MAX_SET_RESOURCES {
+            return Err(Error::invalid(
+                "resources",
+                format!(
+                    "names {} resources; one lease takes at most {MAX_SET_RESOURCES}",
+                    resources.len()
+                ),
+            ));
+        }
+        let mut names: Vec<String> = Vec::with_capacity(resources.len());
+        for resource in resources {
+            validate_resource(resource.as_ref())?;
+            names.push(resource.as_ref().to_string());
+        }
+        names.sort();
+        if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+            return Err(Error::invalid(
+                "resources",
+                format!("names `{}` twice; name each resource once", twice[0]),
+            ));
+        }
+        let members = names
+            .iter()
+            .map(|name| ResourceKeys::new(prefix, name))
+            .collect();
+        Ok(LeaseKeys { names, members })
+    }
+
+    /// How errors and logs name the lease: its resource, or its resources joined.
+    pub fn label(&self) -> String {
+        self.names.join(", ")
+    }
+
+    fn shared(&self) -> &ResourceKeys {
+        &self.members[0]
+    }
+
+    /// Keys of the acquire script: each member's lock and fence, then marker and policy.
+    pub fn acquire(&self) -> Vec<Key> {
+        let mut keys = Vec::with_capacity(2 * self.members.len() + 2);
+        for member in &self.members {
+            keys.push(member.lock.clone());
+            keys.push(member.fence.clone());
+        }
+        keys.push(self.shared().admission.clone());
+        keys.push(self.shared().policy.clone());
+        keys
+    }
+
+    /// Keys of the extend script: each member's lock, then marker and policy.
+    pub fn extend(&self) -> Vec<Key> {
+        let mut keys = self.release();
+        keys.push(self.shared().admission.clone());
+        keys.push(self.shared().policy.clone());
+        keys
+    }
+
+    /// Keys of the release script: each member's lock.
+    pub fn release(&self) -> Vec<Key> {
+        self.members.iter().map(|m| m.lock.clone()).collect()
+    }
+
+    /// Arguments of the release script: the token, the announcement, each member's channel.
+    pub fn release_args(&self, token: &str, announcement: &str) -> Vec<fred::types::Value> {
+        let mut args = vec![token.into(), announcement.into()];
+        args.extend(self.members.iter().map(|m| m.released.as_str().into()));
+        args
     }
 }
 
@@ -121,6 +203,23 @@ pub(crate) fn validate_label(field: &'static str, label: Option<&str>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_is_named_in_one_order_and_refuses_repeats_empty_and_oversized_sets() {
+        let one = LeaseKeys::set("ql", &["b", "a", "c"]).expect("set");
+        let other = LeaseKeys::set("ql", &["c", "b", "a"]).expect("set");
+        assert_eq!(one.names, ["a", "b", "c"]);
+        assert_eq!(one.acquire(), other.acquire());
+        let field = |result: Result<LeaseKeys, Error>| match result {
+            Err(Error::InvalidInput { field, reason }) => format!("{field}: {reason}"),
+            other => panic!("accepted: {other:?}"),
+        };
+        assert!(field(LeaseKeys::set::<&str>("ql", &[])).starts_with("resources"));
+        assert!(field(LeaseKeys::set("ql", &["a", "b", "a"])).contains("`a` twice"));
+        let many: Vec<String> = (0..=MAX_SET_RESOURCES).map(|i| i.to_string()).collect();
+        assert!(field(LeaseKeys::set("ql", &many)).starts_with("resources"));
+        assert!(field(LeaseKeys::set("ql", &["ok", ""])).starts_with("resource"));
+    }
 
     #[test]
     fn rejects_bad_names_with_the_field() {
