@@ -21,7 +21,7 @@ use crate::engine::locks::{
     check_ttl, lifetime,
 };
 use crate::engine::protocol::code;
-use crate::engine::resource::{LeaseKeys, validate_label};
+use crate::engine::resource::{Claim, LeaseKeys, validate_label};
 use crate::engine::vote::{GroupVote, Vote};
 use crate::engine::waiters::Watch;
 use crate::group::Group;
@@ -30,7 +30,10 @@ use crate::group::reply::{Reply, integer, text};
 
 /// A group's answer to the acquire script.
 enum AcquireAnswer {
-    Granted,
+    /// Granted; for a permit, on this slot (a set answers slot 0).
+    Granted {
+        slot: usize,
+    },
     /// The lease's `member`-th resource (in canonical order) is held by another token.
     Held {
         remaining_ms: u64,
@@ -42,13 +45,32 @@ enum AcquireAnswer {
     NoPolicy,
     Evicts(String),
     AbovePolicy(u64),
+    /// The semaphore has this many permits, not the number asked with.
+    PermitsDiffer(u64),
 }
 
 impl AcquireAnswer {
     /// A definite refusal: this group holds no grant of ours after answering it.
     fn refused(&self) -> bool {
-        !matches!(self, AcquireAnswer::Granted)
+        !matches!(self, AcquireAnswer::Granted { .. })
     }
+}
+
+/// The slot most groups granted so far, and how many granted it (a set has one slot).
+fn leading_slot(replies: &[Option<Reply<AcquireAnswer>>]) -> (usize, usize) {
+    let mut tally: Vec<(usize, usize)> = Vec::new();
+    for reply in replies.iter().flatten() {
+        if let Reply::Answer(AcquireAnswer::Granted { slot }) = reply {
+            match tally.iter_mut().find(|(s, _)| s == slot) {
+                Some((_, votes)) => *votes += 1,
+                None => tally.push((*slot, 1)),
+            }
+        }
+    }
+    tally
+        .into_iter()
+        .max_by_key(|(slot, votes)| (*votes, std::cmp::Reverse(*slot)))
+        .unwrap_or((0, 0))
 }
 
 /// Whether the votes show one holder on a majority of groups (one owner record on all the
@@ -74,7 +96,9 @@ fn held_by_one_majority(votes: &[GroupVote], needed: usize) -> bool {
 fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
     let detail = || integer(values.get(1)).unwrap_or(0);
     match integer(values.first()) {
-        Some(code::GRANTED) => Ok(AcquireAnswer::Granted),
+        Some(code::GRANTED) => Ok(AcquireAnswer::Granted {
+            slot: usize::try_from(integer(values.get(1)).unwrap_or(0)).unwrap_or(0),
+        }),
         Some(code::HELD) => Ok(AcquireAnswer::Held {
             remaining_ms: detail(),
             record: text(values.get(2)),
@@ -86,6 +110,7 @@ fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
         Some(code::NO_POLICY) => Ok(AcquireAnswer::NoPolicy),
         Some(code::EVICTS) => Ok(AcquireAnswer::Evicts(text(values.get(1)))),
         Some(code::ABOVE_POLICY) => Ok(AcquireAnswer::AbovePolicy(detail())),
+        Some(code::PERMITS_DIFFER) => Ok(AcquireAnswer::PermitsDiffer(detail())),
         _ => Err(format!("unexpected acquire reply {values:?}")),
     }
 }
@@ -96,12 +121,13 @@ impl Engine {
         base.mul_f64(rand::thread_rng().gen_range(0.5..1.5))
     }
 
-    /// Acquires every resource of `keys` on a majority of groups, all or nothing.
+    /// Acquires what `claim` asks for on a majority of groups: every resource of a set, all
+    /// or nothing, or one permit of a semaphore. Answers the keys the lease holds.
     pub async fn acquire(
         self: &Arc<Self>,
-        keys: &LeaseKeys,
+        claim: &Claim,
         options: &AcquireOptions,
-    ) -> Result<Acquired, Error> {
+    ) -> Result<(LeaseKeys, Acquired), Error> {
         check_ttl(options.ttl, self.topology.max_ttl())?;
         if options.wait > MAX_WAIT {
             return Err(Error::invalid(
@@ -126,7 +152,7 @@ impl Engine {
         // Subscribed to a release channel once a wait finds the lease's first resource held
         // (or, for a set, the one that was held).
         let mut watch: Option<Watch> = None;
-        let first_channel = &keys.members[0].released;
+        let first_channel = claim.channel(None);
         if !options.wait.is_zero() && self.waiters.queued(first_channel) {
             // Other waiters of this process queue for this lock: it is held. Take a place in
             // the queue (releases wake one waiter at a time, the longest waiting first) rather
@@ -156,19 +182,34 @@ impl Engine {
             if let Some(released) = released.as_mut() {
                 released.as_mut().enable();
             }
-            let (error, may_hold) = match self.attempt(keys, &token, options.ttl, &record).await {
-                Ok(acquired) => {
-                    return Ok(Acquired {
-                        attempts,
-                        ..acquired
-                    });
+            let (error, may_hold) = match self.attempt(claim, &token, options.ttl, &record).await {
+                Ok((acquired, stray)) => {
+                    // A permit won on one slot: grants on other slots are rolled back, and
+                    // their waiters woken.
+                    if stray.contains(&true) {
+                        let _ = self.roll_back(
+                            &claim.rollback(Some(acquired.slot)),
+                            &token,
+                            stray,
+                            true,
+                        );
+                    }
+                    let held = claim.held(acquired.slot);
+                    return Ok((
+                        held,
+                        Acquired {
+                            attempts,
+                            ..acquired
+                        },
+                    ));
                 }
                 Err(failure) => failure,
             };
             // With a majority held by others, freeing our few grants lets no waiter in, and
             // announcing it would only wake the other waiters into a vote they lose again.
             let lock_is_held = held_by_one_majority(error.votes(), self.majority.needed);
-            let rolled_back = self.roll_back(keys, &token, may_hold, !lock_is_held);
+            let rolled_back =
+                self.roll_back(&claim.rollback(None), &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not
@@ -193,11 +234,7 @@ impl Engine {
                     holder
                         .as_ref()
                         .map(|h| Duration::from_millis(h.remaining_ms)),
-                    keys.members
-                        .iter()
-                        .zip(&keys.names)
-                        .find(|(_, name)| *name == resource)
-                        .map(|(member, _)| member.released.clone()),
+                    Some(claim.channel(Some(resource)).to_string()),
                 ),
                 _ => (None, None),
             };
@@ -232,19 +269,31 @@ impl Engine {
 
     /// One attempt: up to [`FENCE_ROUNDS`] rounds, all counted in `elapsed`. On failure it
     /// returns the error and, per group, whether that group may hold our grant.
+    /// On success it also answers, per group, whether that group may hold a grant of ours
+    /// on a slot other than the one won (a permit's grants may differ by group).
     async fn attempt(
         self: &Arc<Self>,
-        keys: &LeaseKeys,
+        claim: &Claim,
         token: &str,
         ttl: Duration,
         record: &str,
-    ) -> Result<Acquired, (Error, Vec<bool>)> {
+    ) -> Result<(Acquired, Vec<bool>), (Error, Vec<bool>)> {
         // Validity is measured on the engine's clock, from before the first call went out.
         let started = self.clock.now();
         let majority = self.majority;
         let (n, quorum) = (majority.groups, majority.needed);
         let mut may_hold = vec![false; n];
-        let script_keys: Arc<[fred::types::Key]> = keys.acquire().into();
+        let script_keys: Arc<[fred::types::Key]> = claim.grant_keys().into();
+        let label = claim.label();
+        // Every group tries a semaphore's slots from the same one on; callers start at random
+        // places, so they spread over the free slots instead of racing for the first.
+        let (script, permits) = match claim {
+            Claim::Set(_) => (LockScript::Acquire, None),
+            Claim::Permit(keys) => (
+                LockScript::Permit,
+                Some((keys.permits, rand::thread_rng().gen_range(0..keys.permits))),
+            ),
+        };
         for round in 0..FENCE_ROUNDS {
             // Refused before anything is sent when too few groups would take the call: a
             // grant on a minority only costs a rollback.
@@ -269,31 +318,35 @@ impl Engine {
                         },
                     })
                     .collect();
-                return Err((self.denial(&keys.label(), votes), may_hold));
+                return Err((self.denial(&label, votes), may_hold));
             }
             let fence = self.fences.propose(self.clock.unix_micros());
+            let mut args = vec![
+                token.into(),
+                Value::from(millis(ttl) as i64),
+                Value::from(fence.to_string()),
+                record.into(),
+            ];
+            if let Some((permits, first)) = permits {
+                args.push(Value::from(i64::from(permits)));
+                args.push(Value::from(i64::from(first)));
+            }
             let grant = Call {
-                script: LockScript::Acquire,
+                script,
                 keys: script_keys.clone(),
-                args: vec![
-                    token.into(),
-                    Value::from(millis(ttl) as i64),
-                    Value::from(fence.to_string()),
-                    record.into(),
-                ]
-                .into(),
+                args: args.into(),
             };
             let replies = fan_out(
                 &self.groups,
                 |group| self.ask_grant(group, grant.clone()),
                 |replies| {
-                    let granted = count(replies, |r| {
-                        matches!(r, Reply::Answer(AcquireAnswer::Granted))
-                    });
+                    let (_, granted) = leading_slot(replies);
                     let lost = count(replies, |r| {
                         !matches!(
                             r,
-                            Reply::Answer(AcquireAnswer::Granted | AcquireAnswer::FenceAhead(_))
+                            Reply::Answer(
+                                AcquireAnswer::Granted { .. } | AcquireAnswer::FenceAhead(_)
+                            )
                         )
                     });
                     majority.decided(granted, lost)
@@ -315,9 +368,15 @@ impl Engine {
             if unadmitted.contains(&true) {
                 self.adopt_policies(unadmitted);
             }
-            let granted = count(&replies, |r| {
-                matches!(r, Reply::Answer(AcquireAnswer::Granted))
-            });
+            let (slot, granted) = leading_slot(&replies);
+            // Groups that may hold a grant of ours elsewhere than on the slot won.
+            let stray: Vec<bool> = replies
+                .iter()
+                .zip(&may_hold)
+                .map(|(reply, may)| {
+                    *may && !matches!(reply, Some(Reply::Answer(AcquireAnswer::Granted { slot: s })) if *s == slot)
+                })
+                .collect();
             let held_member = replies.iter().find_map(|r| match r {
                 Some(Reply::Answer(AcquireAnswer::Held { member, .. })) => Some(*member),
                 _ => None,
@@ -334,23 +393,28 @@ impl Engine {
                 let elapsed = self.clock.now().saturating_duration_since(started);
                 let lifetime = lifetime(ttl, self.topology.drift_factor);
                 if elapsed < lifetime {
-                    return Ok(Acquired {
+                    let acquired = Acquired {
                         token: token.to_string(),
                         fence,
+                        slot,
                         attempts: 1,
                         started,
                         valid_until: started + lifetime,
                         votes,
-                    });
+                    };
+                    return Ok((acquired, stray));
                 }
                 let error = Error::Expired {
-                    resource: keys.label(),
+                    resource: label,
                     elapsed_ms: millis(elapsed),
                     votes,
                 };
                 return Err((error, may_hold));
             }
-            if let Some(error) = self.above_policy(ttl, &votes) {
+            if let Some(error) = self
+                .above_policy(ttl, &votes)
+                .or_else(|| self.permits_differ(&label, &votes))
+            {
                 return Err((error, may_hold));
             }
             if let Some(highest) = ahead.iter().max() {
@@ -359,10 +423,10 @@ impl Engine {
                     continue;
                 }
             }
-            return Err((self.set_denial(keys, held_member, votes), may_hold));
+            return Err((self.set_denial(claim, held_member, votes), may_hold));
         }
         // The loop always returns in its last round.
-        Err((self.denial(&keys.label(), Vec::new()), may_hold))
+        Err((self.denial(&label, Vec::new()), may_hold))
     }
 
     /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
@@ -384,13 +448,13 @@ impl Engine {
         match (parse_grant(values), acknowledged) {
             // A grant its replicas have not seen could vanish in a failover: it does not count,
             // and the rollback removes it.
-            (Ok(AcquireAnswer::Granted), Some(Ok(count))) if count < i64::from(wanted) => {
+            (Ok(AcquireAnswer::Granted { .. }), Some(Ok(count))) if count < i64::from(wanted) => {
                 Reply::Failed(format!(
                     "grant acknowledged by {count} of {wanted} replicas within {} ms",
                     self.topology.replica_ack_timeout_ms
                 ))
             }
-            (Ok(AcquireAnswer::Granted), Some(Err(message))) => {
+            (Ok(AcquireAnswer::Granted { .. }), Some(Err(message))) => {
                 Reply::Failed(format!("WAIT for the grant's replicas failed: {message}"))
             }
             (Ok(grant), _) => Reply::Answer(grant),
@@ -402,10 +466,13 @@ impl Engine {
     /// found held, so the caller (and the waiter) know which one to wait for.
     fn set_denial(
         &self,
-        keys: &LeaseKeys,
+        claim: &Claim,
         held_member: Option<usize>,
         votes: Vec<GroupVote>,
     ) -> Error {
+        let Claim::Set(keys) = claim else {
+            return self.denial(&claim.label(), votes);
+        };
         match self.denial(&keys.label(), votes) {
             Error::Held {
                 resource,
@@ -429,7 +496,8 @@ impl Engine {
             .map(|(group, reply)| GroupVote {
                 group: group.name.clone(),
                 vote: Vote::from_reply(reply, |grant| match grant {
-                    AcquireAnswer::Granted => Vote::Granted,
+                    AcquireAnswer::Granted { .. } => Vote::Granted,
+                    AcquireAnswer::PermitsDiffer(permits) => Vote::PermitsDiffer { permits },
                     AcquireAnswer::FenceAhead(fence) => Vote::FenceAhead { fence },
                     AcquireAnswer::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
                     AcquireAnswer::NoPolicy => Vote::NoPolicy,
@@ -493,7 +561,15 @@ mod tests {
     fn each_acquire_reply_is_read_as_its_outcome() {
         assert!(matches!(
             reply(&[Value::Integer(1)]),
-            Ok(AcquireAnswer::Granted)
+            Ok(AcquireAnswer::Granted { slot: 0 })
+        ));
+        assert!(matches!(
+            reply(&[Value::Integer(1), Value::Integer(3)]),
+            Ok(AcquireAnswer::Granted { slot: 3 })
+        ));
+        assert!(matches!(
+            reply(&[Value::Integer(7), Value::Integer(4)]),
+            Ok(AcquireAnswer::PermitsDiffer(4))
         ));
         assert!(matches!(
             reply(&[Value::Integer(0), Value::Integer(900), Value::from("{\"owner\":\"a\"}")]),

@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::engine::error::{Error, Holder};
 use crate::engine::fan_out::fan_out;
 use crate::engine::locks::{Locks, OwnerRecord};
-use crate::engine::resource::validate_resource;
+use crate::engine::resource::{ResourceKeys, validate_resource};
 use crate::group::reply::Reply;
 use crate::group::reply::text;
 use crate::group::scripts;
@@ -165,8 +165,18 @@ impl Locks {
     /// Reads the lock on every group.
     pub async fn status(&self, resource: &str) -> Result<LockStatus, Error> {
         validate_resource(resource)?;
+        self.status_of(resource, &self.engine.resource_keys(resource))
+            .await
+    }
+
+    /// Reads the lock behind `keys` (a resource's, or a semaphore slot's) on every group.
+    pub(crate) async fn status_of(
+        &self,
+        resource: &str,
+        keys: &ResourceKeys,
+    ) -> Result<LockStatus, Error> {
         let engine = &self.engine;
-        let keys = engine.resource_keys(resource).inspect();
+        let keys = keys.inspect();
         let replies = fan_out(
             &engine.groups,
             |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use crate::engine::clock::Clock;
 use crate::engine::error::Error;
 use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released};
-use crate::engine::resource::LeaseKeys;
+use crate::engine::resource::{LeaseKeys, permit_handle};
 use crate::engine::vote::GroupVote;
 
 /// An acquire being built: `locks.acquire("x").ttl(..).wait(..).owner(..).await`.
@@ -28,6 +28,11 @@ enum Target {
     One(String),
     /// Several resources, all or nothing.
     Set(Vec<String>),
+    /// One permit of a semaphore.
+    Permit {
+        name: String,
+        permits: u32,
+    },
 }
 
 impl Acquire {
@@ -37,6 +42,10 @@ impl Acquire {
 
     pub(crate) fn set(locks: Locks, resources: Vec<String>) -> Self {
         Acquire::with_target(locks, Target::Set(resources))
+    }
+
+    pub(crate) fn permit(locks: Locks, name: String, permits: u32) -> Self {
+        Acquire::with_target(locks, Target::Permit { name, permits })
     }
 
     fn with_target(locks: Locks, target: Target) -> Self {
@@ -90,6 +99,11 @@ impl IntoFuture for Acquire {
                 Target::Set(resources) => {
                     self.locks.acquire_all_with(resources, &self.options).await
                 }
+                Target::Permit { name, permits } => {
+                    self.locks
+                        .acquire_permit_with(name, *permits, &self.options)
+                        .await
+                }
             }
         })
     }
@@ -100,7 +114,10 @@ impl IntoFuture for Acquire {
 pub struct Lease {
     engine: Arc<Engine>,
     keys: Arc<LeaseKeys>,
+    /// The token the groups hold.
     token: String,
+    /// The token the holder is given: the same, or for a permit the token and its slot.
+    handle: String,
     fence: u64,
     ttl: Duration,
     attempts: u32,
@@ -129,10 +146,17 @@ impl Lease {
         keys: Arc<LeaseKeys>,
         ttl: Duration,
         acquired: Acquired,
+        permit: bool,
     ) -> Self {
+        let handle = if permit {
+            permit_handle(&acquired.token, acquired.slot)
+        } else {
+            acquired.token.clone()
+        };
         Lease {
             engine,
             keys,
+            handle,
             token: acquired.token,
             fence: acquired.fence,
             ttl,
@@ -155,9 +179,10 @@ impl Lease {
         &self.keys.names
     }
 
-    /// The secret that proves ownership to release and extend.
+    /// The secret that proves ownership to release and extend (for a permit, it names the
+    /// permit's slot too).
     pub fn token(&self) -> &str {
-        &self.token
+        &self.handle
     }
 
     /// Strictly larger than the fencing token of every earlier holder of this resource. A set
@@ -225,7 +250,7 @@ impl Lease {
         Detached {
             resource: self.resource().to_string(),
             resources: self.keys.names.clone(),
-            token: std::mem::take(&mut self.token),
+            token: std::mem::take(&mut self.handle),
             fencing_token: self.fence,
         }
     }
@@ -237,6 +262,7 @@ impl Lease {
             engine: self.engine.clone(),
             keys: self.keys.clone(),
             token: self.token.clone(),
+            handle: self.handle.clone(),
             fence: self.fence,
             ttl: self.ttl,
             attempts: self.attempts,
@@ -318,7 +344,7 @@ impl KeptLease {
         });
         let (stop, stopped) = oneshot::channel();
         let (resources, token, fence) =
-            (lease.keys.names.clone(), lease.token.clone(), lease.fence);
+            (lease.keys.names.clone(), lease.handle.clone(), lease.fence);
         let clock = lease.engine.clock.clone();
         let task = tokio::spawn(renew(lease, state_tx, stopped));
         KeptLease {

@@ -16,7 +16,9 @@ use crate::engine::clock::{Clock, millis};
 use crate::engine::error::{Error, majority_holder};
 use crate::engine::fence::Fences;
 use crate::engine::lease::{Acquire, Lease};
-use crate::engine::resource::{LeaseKeys, ResourceKeys, validate_resource};
+use crate::engine::resource::{
+    Claim, LeaseKeys, MAX_PERMITS, ResourceKeys, parse_permit_handle, validate_resource,
+};
 use crate::engine::vote::{GroupVote, Majority, Vote};
 use crate::engine::waiters::Waiters;
 use crate::group::Group;
@@ -127,6 +129,8 @@ pub(crate) struct Acquired {
     /// The random token that identifies this holder on every group.
     pub token: String,
     pub fence: u64,
+    /// The slot a permit won (0 for a lock or a set).
+    pub slot: usize,
     /// Attempts this acquire made (1 when the lock was free at once).
     pub attempts: u32,
     pub started: Instant,
@@ -182,7 +186,7 @@ impl Locks {
     ) -> Result<Lease, Error> {
         validate_resource(resource)?;
         let keys = self.engine.keys(resource);
-        self.acquire_keys(keys, options).await
+        self.acquire_claim(Claim::Set(keys), options).await
     }
 
     /// Starts building an acquire of several resources at once, all or nothing: one lease,
@@ -203,34 +207,35 @@ impl Locks {
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
         let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
-        self.acquire_keys(keys, options).await
+        self.acquire_claim(Claim::Set(keys), options).await
     }
 
-    async fn acquire_keys(
+    pub(crate) async fn acquire_claim(
         &self,
-        keys: LeaseKeys,
+        claim: Claim,
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let acquired = self.engine.acquire(&keys, options).await?;
+        let permit = matches!(claim, Claim::Permit(_));
+        let (keys, acquired) = self.engine.acquire(&claim, options).await?;
         Ok(Lease::new(
             self.engine.clone(),
             Arc::new(keys),
             options.ttl,
             acquired,
+            permit,
         ))
     }
 
-    /// Renews the lock held under `token` for `ttl` on a majority of groups.
+    /// Renews the lock held under `token` for `ttl` on a majority of groups; with a permit's
+    /// token, that permit of semaphore `resource`.
     pub async fn extend(
         &self,
         resource: &str,
         token: &str,
         ttl: Duration,
     ) -> Result<Extended, Error> {
-        validate_resource(resource)?;
-        self.engine
-            .extend(&self.engine.keys(resource), token, ttl)
-            .await
+        let (keys, token) = self.engine.by_token_keys(resource, token)?;
+        self.engine.extend(&keys, token, ttl).await
     }
 
     /// Renews every resource of a set held under `token` (see [`Locks::acquire_all`]); a
@@ -245,12 +250,11 @@ impl Locks {
         self.engine.extend(&keys, token, ttl).await
     }
 
-    /// Deletes the lock on every group where it still carries `token`.
+    /// Deletes the lock on every group where it still carries `token`; with a permit's
+    /// token, that permit of semaphore `resource`.
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
-        validate_resource(resource)?;
-        self.engine
-            .release(&self.engine.keys(resource), token)
-            .await
+        let (keys, token) = self.engine.by_token_keys(resource, token)?;
+        self.engine.release(&keys, token).await
     }
 
     /// Deletes every resource of a set still held under `token`, on every group.
@@ -332,6 +336,52 @@ impl Engine {
     /// The keys of one resource.
     pub fn resource_keys(&self, resource: &str) -> ResourceKeys {
         ResourceKeys::new(&self.topology.key_prefix, resource)
+    }
+
+    /// The keys a token acts on: a permit's slot when the token is a permit's, else the
+    /// resource; and the token the groups hold.
+    pub fn by_token_keys<'t>(
+        &self,
+        resource: &str,
+        token: &'t str,
+    ) -> Result<(LeaseKeys, &'t str), Error> {
+        validate_resource(resource)?;
+        Ok(match parse_permit_handle(token) {
+            Some((raw, slot)) if slot < MAX_PERMITS => (
+                LeaseKeys {
+                    names: vec![resource.to_string()],
+                    members: vec![ResourceKeys::slot(
+                        &self.topology.key_prefix,
+                        resource,
+                        slot,
+                    )],
+                },
+                raw,
+            ),
+            _ => (self.keys(resource), token),
+        })
+    }
+
+    /// The semaphore's permit count differs on so many groups that no majority can grant:
+    /// the caller's input is at fault.
+    pub(crate) fn permits_differ(&self, name: &str, votes: &[GroupVote]) -> Option<Error> {
+        let counts: Vec<u64> = votes
+            .iter()
+            .filter_map(|v| match v.vote {
+                Vote::PermitsDiffer { permits } => Some(permits),
+                _ => None,
+            })
+            .collect();
+        if counts.len() <= self.majority.groups - self.majority.needed {
+            return None;
+        }
+        let count = counts.iter().max().copied().unwrap_or_default();
+        Some(Error::invalid(
+            "permits",
+            format!(
+                "the semaphore `{name}` has {count} permits; ask with that count (it is kept while the semaphore is in use, and a day after)"
+            ),
+        ))
     }
 
     /// The keys of one resource, as a lease of one.

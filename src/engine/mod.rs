@@ -18,5 +18,6 @@ pub(crate) mod locks;
 pub mod protocol;
 pub(crate) mod resource;
 pub(crate) mod scoped;
+pub(crate) mod semaphore;
 pub(crate) mod vote;
 pub(crate) mod waiters;

@@ -23,6 +23,8 @@ pub mod code {
     /// The master may evict keys (`maxmemory` with a policy other than `noeviction`): it
     /// could drop a live lock or a fence, so it does not vote.
     pub const EVICTS: u64 = 6;
+    /// A semaphore's permit: it exists with another permit count than the one asked with.
+    pub const PERMITS_DIFFER: u64 = 7;
 }
 
 /// The shortest life of a fence key after its last grant.

@@ -47,6 +47,19 @@ impl ResourceKeys {
         }
     }
 
+    /// The keys of a semaphore's slot: a lock of its own; the slots of one semaphore share a
+    /// release channel, so a release wakes its waiters whichever slot it frees.
+    pub fn slot(prefix: &str, name: &str, slot: u32) -> Self {
+        let key = |suffix: &str| Key::from(format!("{prefix}:{{{name}}}:{suffix}"));
+        ResourceKeys {
+            lock: key(&format!("permit:{slot}")),
+            fence: key(&format!("permit:{slot}:fence")),
+            admission: Key::from(admission_key(prefix)),
+            policy: Key::from(policy_key(prefix)),
+            released: format!("{prefix}:{{{name}}}:permits:released"),
+        }
+    }
+
     /// Keys of the inspect script.
     pub fn inspect(&self) -> Vec<Key> {
         vec![self.lock.clone(), self.fence.clone()]
@@ -157,6 +170,132 @@ impl LeaseKeys {
         args.extend(self.members.iter().map(|m| m.released.as_str().into()));
         args
     }
+}
+
+/// Most permits one semaphore may have: a permit's grant reads every slot in one script call.
+pub const MAX_PERMITS: u32 = 128;
+
+/// What an acquire asks the groups for.
+#[derive(Debug, Clone)]
+pub(crate) enum Claim {
+    /// Every resource of a set, all or nothing (one resource is a set of one).
+    Set(LeaseKeys),
+    /// One permit of a counting semaphore: any one of its slots.
+    Permit(PermitKeys),
+}
+
+/// The keys of a semaphore of `permits` permits: its permit count, and one slot per permit.
+/// Each slot is a lock of its own (`<prefix>:{<name>}:permit:<slot>`) with its own fence.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitKeys {
+    pub name: String,
+    pub permits: u32,
+    pub count: Key,
+    pub slots: Vec<ResourceKeys>,
+}
+
+impl PermitKeys {
+    /// The keys of semaphore `name` with `permits` permits, both checked.
+    pub fn new(prefix: &str, name: &str, permits: u32) -> Result<Self, Error> {
+        validate_resource(name)?;
+        if permits == 0 || permits > MAX_PERMITS {
+            return Err(Error::invalid(
+                "permits",
+                format!("{permits} is outside 1..={MAX_PERMITS}"),
+            ));
+        }
+        Ok(PermitKeys {
+            name: name.to_string(),
+            permits,
+            count: Key::from(format!("{prefix}:{{{name}}}:permits")),
+            slots: (0..permits)
+                .map(|slot| ResourceKeys::slot(prefix, name, slot))
+                .collect(),
+        })
+    }
+}
+
+impl Claim {
+    /// How errors and logs name it.
+    pub fn label(&self) -> String {
+        match self {
+            Claim::Set(keys) => keys.label(),
+            Claim::Permit(keys) => keys.name.clone(),
+        }
+    }
+
+    /// The release channel of the resource called `name` (any, when `name` is not one).
+    pub fn channel(&self, name: Option<&str>) -> &str {
+        match self {
+            Claim::Set(keys) => {
+                let member = name
+                    .and_then(|name| keys.names.iter().position(|n| n == name))
+                    .unwrap_or(0);
+                &keys.members[member].released
+            }
+            Claim::Permit(keys) => &keys.slots[0].released,
+        }
+    }
+
+    /// The script keys of a grant: for a permit, the count, every slot's lock and fence, the
+    /// marker and the policy.
+    pub fn grant_keys(&self) -> Vec<Key> {
+        match self {
+            Claim::Set(keys) => keys.acquire(),
+            Claim::Permit(keys) => {
+                let mut all = Vec::with_capacity(2 * keys.slots.len() + 3);
+                all.push(keys.count.clone());
+                for slot in &keys.slots {
+                    all.push(slot.lock.clone());
+                    all.push(slot.fence.clone());
+                }
+                all.push(keys.slots[0].admission.clone());
+                all.push(keys.slots[0].policy.clone());
+                all
+            }
+        }
+    }
+
+    /// What a lease won on `slot` holds (a set holds all of itself).
+    pub fn held(&self, slot: usize) -> LeaseKeys {
+        match self {
+            Claim::Set(keys) => keys.clone(),
+            Claim::Permit(keys) => LeaseKeys {
+                names: vec![keys.name.clone()],
+                members: vec![keys.slots[slot.min(keys.slots.len() - 1)].clone()],
+            },
+        }
+    }
+
+    /// What a rollback deletes by token: everything this claim may have been granted, but
+    /// the slot a lease won (`keep`).
+    pub fn rollback(&self, keep: Option<usize>) -> LeaseKeys {
+        match self {
+            Claim::Set(keys) => keys.clone(),
+            Claim::Permit(keys) => LeaseKeys {
+                names: vec![keys.name.clone()],
+                members: keys
+                    .slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(slot, _)| Some(*slot) != keep)
+                    .map(|(_, keys)| keys.clone())
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// The token a permit's holder is given: the token the slot holds, and the slot, so that a
+/// release or renewal by token finds the slot without asking for the permit count.
+pub(crate) fn permit_handle(token: &str, slot: usize) -> String {
+    format!("{token}-{slot}")
+}
+
+/// The token and slot of a permit's handle; `None` for a lock's token (it has no `-`).
+pub(crate) fn parse_permit_handle(handle: &str) -> Option<(&str, u32)> {
+    let (token, slot) = handle.rsplit_once('-')?;
+    Some((token, slot.parse().ok()?))
 }
 
 /// Checks a resource name: non-empty, at most [`MAX_RESOURCE_BYTES`], no control characters.

@@ -37,6 +37,8 @@ pub enum Vote {
     Evicts { maxmemory_policy: String },
     /// The TTL asked for is above this master's lock policy (`quorumlock admit` raises it).
     AbovePolicy { max_ttl_ms: u64 },
+    /// The semaphore exists on this group with another number of permits.
+    PermitsDiffer { permits: u64 },
     /// No answer within the per-call timeout; the call may still have been applied.
     Timeout,
     /// The call failed; the message says why.
@@ -56,6 +58,7 @@ impl Vote {
                 | Vote::NoPolicy
                 | Vote::Evicts { .. }
                 | Vote::AbovePolicy { .. }
+                | Vote::PermitsDiffer { .. }
         )
     }
 
@@ -104,6 +107,10 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
             ),
             Vote::AbovePolicy { max_ttl_ms } => format!(
                 "{} (the ttl is above its lock policy of {max_ttl_ms} ms)",
+                v.group
+            ),
+            Vote::PermitsDiffer { permits } => format!(
+                "{} (the semaphore has {permits} permits there)",
                 v.group
             ),
             _ => v.group.clone(),

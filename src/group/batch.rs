@@ -36,6 +36,8 @@ pub(crate) const QUEUE_FULL: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LockScript {
     Acquire,
+    /// A permit of a semaphore: a grant like acquire's.
+    Permit,
     Release,
     Extend,
 }
@@ -45,14 +47,21 @@ impl LockScript {
     fn name(self) -> &'static str {
         match self {
             LockScript::Acquire => "acquire",
+            LockScript::Permit => "permit",
             LockScript::Release => "release",
             LockScript::Extend => "extend",
         }
     }
 
+    /// A grant, which counts only once its replicas acknowledged it (`replica_acks`).
+    pub fn grants(self) -> bool {
+        matches!(self, LockScript::Acquire | LockScript::Permit)
+    }
+
     fn single(self) -> &'static fred::types::scripts::Script {
         match self {
             LockScript::Acquire => &scripts::ACQUIRE,
+            LockScript::Permit => &scripts::PERMIT,
             LockScript::Release => &scripts::RELEASE,
             LockScript::Extend => &scripts::EXTEND,
         }
@@ -260,7 +269,7 @@ impl Lane {
         let count = calls.len();
         let acks = self
             .acks
-            .filter(|_| calls.iter().any(|call| call.script == LockScript::Acquire));
+            .filter(|_| calls.iter().any(|call| call.script.grants()));
         let (script, keys, args) = match calls.as_slice() {
             [call] => (call.script.single(), call.keys.clone(), call.args.clone()),
             _ => {

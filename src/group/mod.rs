@@ -417,6 +417,15 @@ impl Group {
         &self.reach
     }
 
+    /// The string at `key` on the current master, within the per-call timeout.
+    pub async fn get(&self, key: &str) -> Reply<Option<String>> {
+        match self.timed.get::<Option<String>, _>(key).await {
+            Ok(value) => Reply::Answer(value),
+            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
+            Err(error) => Reply::Failed(error.to_string()),
+        }
+    }
+
     /// `INFO <section>` of the current master, within the per-call timeout.
     pub async fn info(&self, section: fred::types::InfoKind) -> Reply<String> {
         match self.timed.info::<String>(Some(section)).await {

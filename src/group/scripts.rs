@@ -18,6 +18,14 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../../lua/acquire.lua")
     ))
 });
+/// Grant one permit of a semaphore: a free slot, when admitted and the count agrees.
+pub(crate) static PERMIT: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/admission.lua"),
+        include_str!("../../lua/permit.lua")
+    ))
+});
 /// Compare-and-pexpire of the lock, when admitted.
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
@@ -33,7 +41,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../../lua/release.lua")
     ))
 });
-/// Several acquire, release and extend calls in one script call.
+/// Several acquire, permit, release and extend calls in one script call.
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
         include_str!("../../lua/holder.lua"),
@@ -44,6 +52,8 @@ pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../../lua/release.lua"),
         "end\nCALLS.extend = function(KEYS, ARGV)\n",
         include_str!("../../lua/extend.lua"),
+        "end\nCALLS.permit = function(KEYS, ARGV)\n",
+        include_str!("../../lua/permit.lua"),
         "end\n",
         include_str!("../../lua/batch.lua")
     ))
@@ -72,9 +82,10 @@ pub(crate) static ADMISSION_STATE: LazyLock<Script> =
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 9] {
+pub(crate) fn all() -> [&'static Script; 10] {
     [
         &ACQUIRE,
+        &PERMIT,
         &EXTEND,
         &RELEASE,
         &BATCH,

@@ -405,6 +405,12 @@ impl From<&GroupVote> for GroupVoteView {
                 ));
                 "above_policy"
             }
+            Vote::PermitsDiffer { permits } => {
+                view.message = Some(format!(
+                    "the semaphore has {permits} permits on this group, not the count asked with"
+                ));
+                "permits_differ"
+            }
             Vote::NotAwaited => "not_awaited",
         }
         .to_string();
