@@ -202,14 +202,16 @@ struct Tally {
 
 /// `spec` shaped for chaos runs: its lock policy is the runs' TTL, so a group whose master
 /// died or restarted sits out that long, not the default policy's minute. Partitions and
-/// slow links need the lab's relays (and `spec.binary` to run them). A partition, or a
-/// freeze longer than Sentinel's down-after, splits a group's brain: the old master comes
-/// back beside the promoted replica. That is only safe with `min-replicas-to-write`
-/// (docs/safety.md), so those labs set it, with two replicas per group: with one, a
-/// promoted replica has none left and takes no writes until the old master rejoins.
+/// slow links need the lab's relays (and `spec.binary` to run them). Every fault that takes
+/// a master away may split its group's brain: a partitioned, thawed, or restarted old master
+/// comes back as a master beside the promoted replica, and some clients may reach it until
+/// Sentinel demotes it. That is only safe with `min-replicas-to-write` (docs/safety.md), so
+/// those labs set it, with two replicas per group: with one, a promoted replica has none left
+/// and takes no writes until the old master rejoins.
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     let has = |fault| options.faults.contains(&fault);
-    let split_brain = has(Fault::Partition) || has(Fault::Freeze);
+    let split_brain =
+        has(Fault::Partition) || has(Fault::Freeze) || has(Fault::Kill) || has(Fault::Restart);
     LabSpec {
         max_ttl_ms: millis(options.ttl),
         links: spec.links || has(Fault::Partition) || has(Fault::Latency),

@@ -186,13 +186,8 @@ impl Engine {
                 Ok((acquired, stray)) => {
                     // A permit won on one slot: grants on other slots are rolled back, and
                     // their waiters woken.
-                    if stray.contains(&true) {
-                        let _ = self.roll_back(
-                            &claim.rollback(Some(acquired.slot)),
-                            &token,
-                            stray,
-                            true,
-                        );
+                    if let Some(strays) = claim.strays(acquired.slot) {
+                        let _ = self.roll_back(&strays, &token, stray, true);
                     }
                     let held = claim.held(acquired.slot);
                     return Ok((
@@ -208,8 +203,7 @@ impl Engine {
             // With a majority held by others, freeing our few grants lets no waiter in, and
             // announcing it would only wake the other waiters into a vote they lose again.
             let lock_is_held = held_by_one_majority(error.votes(), self.majority.needed);
-            let rolled_back =
-                self.roll_back(&claim.rollback(None), &token, may_hold, !lock_is_held);
+            let rolled_back = self.roll_back(&claim.rollback(), &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
                 // The groups that answer delete within one call timeout; one that does not

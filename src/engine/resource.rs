@@ -215,6 +215,22 @@ impl PermitKeys {
     }
 }
 
+impl PermitKeys {
+    /// Every slot but `keep`, as one lease's keys (for deletes by token).
+    fn others(&self, keep: Option<usize>) -> LeaseKeys {
+        LeaseKeys {
+            names: vec![self.name.clone()],
+            members: self
+                .slots
+                .iter()
+                .enumerate()
+                .filter(|(slot, _)| Some(*slot) != keep)
+                .map(|(_, keys)| keys.clone())
+                .collect(),
+        }
+    }
+}
+
 impl Claim {
     /// How errors and logs name it.
     pub fn label(&self) -> String {
@@ -267,21 +283,21 @@ impl Claim {
         }
     }
 
-    /// What a rollback deletes by token: everything this claim may have been granted, but
-    /// the slot a lease won (`keep`).
-    pub fn rollback(&self, keep: Option<usize>) -> LeaseKeys {
+    /// What a failed attempt's rollback deletes by token: everything it may have been
+    /// granted.
+    pub fn rollback(&self) -> LeaseKeys {
         match self {
             Claim::Set(keys) => keys.clone(),
-            Claim::Permit(keys) => LeaseKeys {
-                names: vec![keys.name.clone()],
-                members: keys
-                    .slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(slot, _)| Some(*slot) != keep)
-                    .map(|(_, keys)| keys.clone())
-                    .collect(),
-            },
+            Claim::Permit(keys) => keys.others(None),
+        }
+    }
+
+    /// What a won permit rolls back: the slots other than the one it won. `None` for a set,
+    /// which has nothing beside what it won.
+    pub fn strays(&self, won: usize) -> Option<LeaseKeys> {
+        match self {
+            Claim::Set(_) => None,
+            Claim::Permit(keys) => Some(keys.others(Some(won))),
         }
     }
 }

@@ -17,6 +17,13 @@ const SWITCH_MASTER: &str = "+switch-master";
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 const RECONNECT_DELAY_MS: u32 = 200;
 const RECONNECT_DELAY: Duration = Duration::from_millis(RECONNECT_DELAY_MS as u64);
+/// How long a group keeps reconnecting after a `+switch-master` until it reaches the master
+/// announced. The first announcement comes from the Sentinel that ran the failover; the
+/// Sentinel the client then asks may not have heard of it yet and name the old master. Once
+/// that one is back (thawed, healed or restarted) it answers as a master until Sentinel
+/// demotes it, seconds later, and the later announcements of the same switch are ignored.
+const LAND_WITHIN: Duration = Duration::from_secs(5);
+const LAND_RETRY: Duration = Duration::from_millis(50);
 
 /// A master change announced by Sentinel and acted on.
 #[derive(Debug, Clone)]
@@ -178,8 +185,29 @@ async fn switch(
     }
     for (group, client) in services.get(service).into_iter().flatten() {
         tracing::info!(%group, %master, "Sentinel switched the master; reconnecting");
-        if let Err(error) = client.force_reconnection().await {
-            tracing::warn!(%group, %error, "reconnecting to the new master failed; fred keeps retrying");
+        let give_up = Instant::now() + LAND_WITHIN;
+        loop {
+            if let Err(error) = client.force_reconnection().await {
+                tracing::warn!(%group, %error, "reconnecting to the new master failed; fred keeps retrying");
+            }
+            let landed = client
+                .active_connections()
+                .iter()
+                .any(|server| format!("{}:{}", server.host, server.port) == master);
+            // A newer switch of this service takes over.
+            let superseded = handled
+                .lock()
+                .map(|seen| seen.get(service) != Some(&master))
+                .unwrap_or(false);
+            if landed || superseded {
+                break;
+            }
+            if Instant::now() >= give_up {
+                tracing::warn!(%group, %master, "the group did not reach the master Sentinel announced; it stays where the Sentinels it asks send it");
+                break;
+            }
+            // The Sentinel asked still names the old master: ask again shortly.
+            tokio::time::sleep(LAND_RETRY).await;
         }
         let _ = events.send(Failover {
             group: group.clone(),
