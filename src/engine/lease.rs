@@ -115,9 +115,9 @@ pub struct Lease {
     engine: Arc<Engine>,
     keys: Arc<LeaseKeys>,
     /// The token the groups hold.
-    token: String,
+    held_as: String,
     /// The token the holder is given: the same, or for a permit the token and its slot.
-    handle: String,
+    token: String,
     fence: u64,
     ttl: Duration,
     attempts: u32,
@@ -148,7 +148,7 @@ impl Lease {
         acquired: Acquired,
         permit: bool,
     ) -> Self {
-        let handle = if permit {
+        let token = if permit {
             permit_handle(&acquired.token, acquired.slot)
         } else {
             acquired.token.clone()
@@ -156,8 +156,8 @@ impl Lease {
         Lease {
             engine,
             keys,
-            handle,
-            token: acquired.token,
+            token,
+            held_as: acquired.token,
             fence: acquired.fence,
             ttl,
             attempts: acquired.attempts,
@@ -182,7 +182,7 @@ impl Lease {
     /// The secret that proves ownership to release and extend (for a permit, it names the
     /// permit's slot too).
     pub fn token(&self) -> &str {
-        &self.handle
+        &self.token
     }
 
     /// Strictly larger than the fencing token of every earlier holder of this resource. A set
@@ -230,7 +230,7 @@ impl Lease {
 
     /// Renews the lease for `ttl` on a majority; returns the new validity.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
-        let extended = self.engine.extend(&self.keys, &self.token, ttl).await?;
+        let extended = self.engine.extend(&self.keys, &self.held_as, ttl).await?;
         self.ttl = ttl;
         self.valid_until = extended.valid_until;
         self.votes = extended.votes;
@@ -240,7 +240,7 @@ impl Lease {
     /// Releases the lease on every group.
     pub async fn release(mut self) -> Result<Released, Error> {
         self.open = false;
-        self.engine.release(&self.keys, &self.token).await
+        self.engine.release(&self.keys, &self.held_as).await
     }
 
     /// Gives up responsibility for releasing: the lock stays until its TTL or an explicit
@@ -250,7 +250,7 @@ impl Lease {
         Detached {
             resource: self.resource().to_string(),
             resources: self.keys.names.clone(),
-            token: std::mem::take(&mut self.handle),
+            token: std::mem::take(&mut self.token),
             fencing_token: self.fence,
         }
     }
@@ -261,8 +261,8 @@ impl Lease {
         let lease = Lease {
             engine: self.engine.clone(),
             keys: self.keys.clone(),
+            held_as: self.held_as.clone(),
             token: self.token.clone(),
-            handle: self.handle.clone(),
             fence: self.fence,
             ttl: self.ttl,
             attempts: self.attempts,
@@ -294,7 +294,7 @@ impl Drop for Lease {
         // Without a runtime there is nothing to release with; the TTL frees the lock.
         if tokio::runtime::Handle::try_current().is_ok() {
             let engine = self.engine.clone();
-            let (keys, token) = (self.keys.clone(), std::mem::take(&mut self.token));
+            let (keys, token) = (self.keys.clone(), std::mem::take(&mut self.held_as));
             // Tracked with the engine's other background deletes: `Locks::close` waits for it.
             let cleanup = engine.cleanup.clone();
             cleanup.spawn(async move {
@@ -344,7 +344,7 @@ impl KeptLease {
         });
         let (stop, stopped) = oneshot::channel();
         let (resources, token, fence) =
-            (lease.keys.names.clone(), lease.handle.clone(), lease.fence);
+            (lease.keys.names.clone(), lease.token.clone(), lease.fence);
         let clock = lease.engine.clock.clone();
         let task = tokio::spawn(renew(lease, state_tx, stopped));
         KeptLease {
