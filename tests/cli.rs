@@ -1,12 +1,12 @@
 //! The `quorumlock` binary end to end against a lab: tables, `--json`, exit codes, bad input,
-//! and Ctrl-C on `acquire --hold` releasing the lock.
+//! Ctrl-C on `acquire --hold` releasing the lock, and several resources taken as one lease.
 
 mod common;
 
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use common::sentinel_lab;
+use common::{lock_key, plain_lab, sentinel_lab};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -245,4 +245,145 @@ async fn ctrl_c_on_hold_releases_the_lock() {
     }
     assert!(rest.contains("released held-by-cli"), "{rest}");
     assert!(!fx.locks.status("held-by-cli").await.expect("status").held);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_resources_are_one_lease_refused_while_any_is_held_and_released_by_its_token() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+
+    let acquired = quorumlock(
+        &config,
+        &[
+            "--json", "acquire", "set:c", "set:a", "set:b", "--owner", "alice",
+        ],
+    )
+    .await;
+    assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+    let lease: serde_json::Value = serde_json::from_str(&stdout(&acquired)).expect("acquire JSON");
+    assert_eq!(lease["acquired"], true);
+    assert_eq!(
+        lease["resources"],
+        serde_json::json!(["set:a", "set:b", "set:c"])
+    );
+    assert_eq!(lease["resource"], "set:a");
+    let token = lease["token"].as_str().expect("token").to_string();
+    let fence = lease["fencing_token"].as_u64().expect("one fencing_token");
+    for resource in ["set:a", "set:b", "set:c"] {
+        let status = fx.locks.status(resource).await.expect("status");
+        assert!(status.held, "{resource} is not held");
+        assert_eq!(status.fencing_token, Some(fence), "{resource}");
+    }
+
+    // One member is enough to refuse a single lock, and a set that overlaps takes nothing.
+    let denied = quorumlock(&config, &["--json", "acquire", "set:b"]).await;
+    assert_eq!(denied.status.code(), Some(1), "{}", stdout(&denied));
+    let denied: serde_json::Value = serde_json::from_str(&stdout(&denied)).expect("denial JSON");
+    assert_eq!(denied["acquired"], false);
+    assert_eq!(denied["held_resource"], "set:b");
+    assert_eq!(denied["holder"]["owner"], "alice");
+    let overlapping = quorumlock(&config, &["acquire", "set:x", "set:b"]).await;
+    assert_eq!(overlapping.status.code(), Some(1));
+    assert!(
+        stderr(&overlapping).contains("`set:b` is held by alice"),
+        "{}",
+        stderr(&overlapping)
+    );
+    assert_eq!(fx.values_of(&lock_key("set:x")).await, vec![None; 5]);
+
+    let extended = quorumlock(
+        &config,
+        &[
+            "--json", "extend", "set:b", "set:c", "set:a", "--token", &token, "--ttl-ms", "20000",
+        ],
+    )
+    .await;
+    assert_eq!(extended.status.code(), Some(0), "{}", stderr(&extended));
+    let extended: serde_json::Value =
+        serde_json::from_str(&stdout(&extended)).expect("extend JSON");
+    assert_eq!(
+        extended["resources"],
+        serde_json::json!(["set:a", "set:b", "set:c"])
+    );
+
+    let released = quorumlock(
+        &config,
+        &["release", "set:c", "set:b", "set:a", "--token", &token],
+    )
+    .await;
+    assert_eq!(released.status.code(), Some(0), "{}", stderr(&released));
+    assert!(
+        stdout(&released).contains("released set:a, set:b, set:c on"),
+        "{}",
+        stdout(&released)
+    );
+    for resource in ["set:a", "set:b", "set:c"] {
+        assert_eq!(fx.values_of(&lock_key(resource)).await, vec![None; 5]);
+    }
+
+    // The table prints the command that releases the whole set, and it works.
+    let table = quorumlock(&config, &["acquire", "set:b", "set:a"]).await;
+    assert_eq!(table.status.code(), Some(0), "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.contains("acquired set:a, set:b"), "{text}");
+    let command = text
+        .lines()
+        .find_map(|line| line.split_once("with: quorumlock ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no release command in {text}"));
+    let args: Vec<&str> = command.split_whitespace().collect();
+    assert_eq!(&args[..3], ["release", "set:a", "set:b"], "{command}");
+    let released = quorumlock(&config, &args).await;
+    assert_eq!(released.status.code(), Some(0), "{}", stderr(&released));
+    assert!(!fx.locks.status("set:a").await.expect("status").held);
+
+    let twice = quorumlock(&config, &["acquire", "set:a", "set:b", "set:a"]).await;
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(
+        stderr(&twice).contains("invalid resources") && stderr(&twice).contains("`set:a` twice"),
+        "{}",
+        stderr(&twice)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_keeps_a_set_renewed_until_ctrl_c_releases_all_of_it() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let mut holder = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args(["acquire", "kept:a", "kept:b", "--hold", "--ttl-ms", "1000"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    while let Some(line) = lines.next_line().await.expect("read") {
+        if line.starts_with("holding it") {
+            break;
+        }
+    }
+    // Both stay held, under one fencing token, well past the TTL: only the keepalive keeps them.
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_millis(2000) {
+        let a = fx.locks.status("kept:a").await.expect("status");
+        let b = fx.locks.status("kept:b").await.expect("status");
+        assert!(a.held && b.held, "lost after {:?}", started.elapsed());
+        assert_eq!(a.fencing_token, b.fencing_token);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    let pid = holder.id().expect("pid") as i32;
+    // SAFETY: kill(2) on the child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = holder.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0));
+    let mut rest = String::new();
+    while let Some(line) = lines.next_line().await.expect("read") {
+        rest.push_str(&line);
+    }
+    assert!(rest.contains("released kept:a, kept:b"), "{rest}");
+    for resource in ["kept:a", "kept:b"] {
+        assert_eq!(fx.values_of(&lock_key(resource)).await, vec![None; 5]);
+    }
 }

@@ -21,7 +21,13 @@ async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_
         let description = tool.description.as_deref().unwrap_or_default();
         assert!(description.contains("fencing_token") && description.contains("retry_after_ms"));
         let schema = serde_json::to_value(&tool.input_schema).expect("schema");
-        assert_eq!(schema["required"], json!(["resource"]), "{schema}");
+        // `resource` or `resources`, exactly one: neither is required by the schema itself.
+        assert!(schema.get("required").is_none(), "{schema}");
+        assert_eq!(
+            schema["properties"]["resource"]["type"],
+            json!(["string", "null"])
+        );
+        assert_eq!(schema["properties"]["resources"]["maxItems"], json!(64));
         assert_eq!(
             schema["properties"]["ttl_ms"]["default"],
             json!(15000),
@@ -33,6 +39,7 @@ async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_
         let granted = acquire_contract_lock(client).await;
         assert_eq!(granted["acquired"], json!(true));
         assert_eq!(granted["resource"], json!("contract:a"));
+        assert_eq!(granted["resources"], json!(["contract:a"]));
         let token = str_of(&granted, "token").to_string();
         assert!(
             token.len() == 32 && token.bytes().all(|b| b.is_ascii_hexdigit()),
@@ -66,6 +73,7 @@ async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_
         let denied = denied.structured_content.expect("structured");
         assert_eq!(denied["acquired"], json!(false));
         assert_eq!(denied["resource"], json!("contract:a"));
+        assert_eq!(denied["held_resource"], json!("contract:a"));
         assert_eq!(denied["holder"]["owner"], json!("agent-1"));
         assert_eq!(denied["holder"]["purpose"], json!("contract test"));
         let remaining = u64_of(&denied["holder"], "remaining_ms");
@@ -90,7 +98,7 @@ async fn release_lock_frees_a_lock_only_for_its_token_and_a_second_release_is_a_
         let wrong = release(client, "contract:a", "0123456789abcdef0123456789abcdef").await;
         assert_eq!(
             wrong,
-            json!({"released": false, "resource": "contract:a", "groups_released": 0})
+            json!({"released": false, "resource": "contract:a", "resources": ["contract:a"], "groups_released": 0})
         );
         assert!(held(client, "contract:a").await);
 
@@ -1253,6 +1261,208 @@ async fn tool_calls_beyond_max_concurrent_calls_are_refused_naming_the_limit() {
         // With the slot free again, calls run.
         let health = ok(client, "cluster_health", json!({})).await;
         assert_eq!(health["quorum_available"], json!(true));
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_of_resources_is_taken_all_or_nothing_kept_alive_and_released_as_one() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
+        let client = &server.client;
+        let set = ["edit:c", "edit:a", "edit:b"];
+        let sorted = json!(["edit:a", "edit:b", "edit:c"]);
+        let other = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "edit:b", "ttl_ms": 30000, "owner": "agent-2", "purpose": "review"}),
+        )
+        .await;
+
+        // One member held: refused, the member and its holder named, nothing of the set taken.
+        let denied = call(
+            client,
+            "acquire_lock",
+            json!({"resources": set, "owner": "agent-1"}),
+        )
+        .await;
+        assert_eq!(denied.is_error, Some(false), "{}", text(&denied));
+        let summary = text(&denied);
+        assert!(
+            summary.contains("`edit:b`")
+                && summary.contains("agent-2")
+                && summary.contains("none of them"),
+            "{summary}"
+        );
+        let denied = denied.structured_content.expect("structured");
+        assert_eq!(denied["acquired"], json!(false));
+        assert_eq!(denied["resources"], sorted);
+        assert_eq!(denied["held_resource"], json!("edit:b"));
+        assert_eq!(denied["holder"]["owner"], json!("agent-2"));
+        assert!(denied.get("token").is_none() && denied.get("fencing_token").is_none());
+        for resource in ["edit:a", "edit:c"] {
+            assert_eq!(
+                fx.values_of(&common::lock_key(resource)).await,
+                vec![None; 5],
+                "{resource} was left locked"
+            );
+        }
+        release(client, "edit:b", str_of(&other, "token")).await;
+
+        // Granted as one keepalive lease: one token, one fencing token, every member shows it.
+        let ttl_ms = 400;
+        let granted = ok(
+            client,
+            "acquire_lock",
+            json!({"resources": set, "ttl_ms": ttl_ms, "keepalive": true, "owner": "agent-1"}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true));
+        assert_eq!(granted["resources"], sorted);
+        assert_eq!(granted["resource"], json!("edit:a"));
+        assert_eq!(granted["keepalive"], json!(true));
+        let fence = u64_of(&granted, "fencing_token");
+        assert!(
+            fence > u64_of(&other, "fencing_token"),
+            "edit:b's fencing token went back"
+        );
+        let token = str_of(&granted, "token").to_string();
+        let started = Instant::now();
+        // Held the whole time, by the same lease, well past three TTLs.
+        while started.elapsed() < Duration::from_millis(4 * ttl_ms) {
+            for resource in ["edit:a", "edit:b", "edit:c"] {
+                let status = ok(client, "lock_status", json!({"resource": resource})).await;
+                assert_eq!(
+                    status["held"],
+                    json!(true),
+                    "{resource} lost after {:?}: {status}",
+                    started.elapsed()
+                );
+                assert_eq!(u64_of(&status, "fencing_token"), fence, "{resource}");
+                assert_eq!(
+                    status["keepalive"]["state"],
+                    json!("renewing"),
+                    "{resource}"
+                );
+                assert_eq!(status["keepalive"]["resources"], sorted, "{resource}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // Part of the set does not release it: the keepalive would go on renewing the rest.
+        let partial = tool_error(
+            client,
+            "release_lock",
+            json!({"resource": "edit:a", "token": token}),
+        )
+        .await;
+        assert!(
+            partial.contains("`resource`") && partial.contains("`edit:a`, `edit:b`, `edit:c`"),
+            "{partial}"
+        );
+        assert!(
+            held(client, "edit:a").await,
+            "a partial release released something"
+        );
+
+        let released = ok(
+            client,
+            "release_lock",
+            json!({"resources": ["edit:b", "edit:c", "edit:a"], "token": token}),
+        )
+        .await;
+        assert_eq!(released["released"], json!(true));
+        assert_eq!(released["resources"], sorted);
+        for resource in ["edit:a", "edit:b", "edit:c"] {
+            let status = ok(client, "lock_status", json!({"resource": resource})).await;
+            assert_eq!(status["held"], json!(false), "{resource}: {status}");
+            assert!(status.get("keepalive").is_none(), "{status}");
+        }
+
+        // Without keepalive, extend_lock and release_lock take the set by token too.
+        let plain = ok(
+            client,
+            "acquire_lock",
+            json!({"resources": ["files:y", "files:x"]}),
+        )
+        .await;
+        let token = str_of(&plain, "token").to_string();
+        let extended = ok(
+            client,
+            "extend_lock",
+            json!({"resources": ["files:x", "files:y"], "token": token, "ttl_ms": 30000}),
+        )
+        .await;
+        assert_eq!(extended["extended"], json!(true));
+        assert_eq!(extended["resources"], json!(["files:x", "files:y"]));
+        assert!(u64_of(&extended, "validity_ms") > 25_000);
+        let released = ok(
+            client,
+            "release_lock",
+            json!({"resources": ["files:y", "files:x"], "token": token}),
+        )
+        .await;
+        assert_eq!(released["released"], json!(true));
+        assert!(!held(client, "files:x").await && !held(client, "files:y").await);
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_and_resources_are_exactly_one_of_two_and_a_bad_set_names_the_field() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let client = &server.client;
+        let token = "0123456789abcdef0123456789abcdef";
+        let too_many: Vec<String> = (0..65).map(|i| format!("many:{i}")).collect();
+        let cases = [
+            (
+                json!({"resource": "both:a", "resources": ["both:b"]}),
+                "`resource` and `resources`",
+            ),
+            (json!({}), "`resource` or `resources`"),
+            (json!({"resources": []}), "`resources`"),
+            (
+                json!({"resources": ["dup:a", "dup:b", "dup:a"]}),
+                "`dup:a` twice",
+            ),
+            (json!({"resources": ["ok", ""]}), "`resources[1]`"),
+            (json!({"resources": ["ok", "bad\nname"]}), "`resources[1]`"),
+            (json!({"resources": "one:name"}), "`resources`"),
+            (json!({"resources": too_many}), "at most 64"),
+        ];
+        for (target, expected) in cases {
+            for (tool, mut arguments) in [
+                ("acquire_lock", json!({})),
+                ("release_lock", json!({"token": token})),
+                ("extend_lock", json!({"token": token, "ttl_ms": 10000})),
+            ] {
+                for (field, value) in target.as_object().expect("object") {
+                    arguments[field] = value.clone();
+                }
+                let shown = arguments.to_string().chars().take(80).collect::<String>();
+                let message = tool_error(client, tool, arguments).await;
+                assert!(message.contains(expected), "{tool}({shown}): {message}");
+                assert!(
+                    message.starts_with("invalid argument"),
+                    "{tool}({shown}): {message}"
+                );
+            }
+        }
+        // Refused before anything was asked of the groups: nothing is locked.
+        for resource in ["both:a", "both:b", "dup:a", "dup:b", "ok", "many:0"] {
+            assert!(
+                !fx.locks.status(resource).await.expect("status").held,
+                "{resource}"
+            );
+        }
+        let one = ok(client, "acquire_lock", json!({"resources": ["alone"]})).await;
+        assert_eq!(one["acquired"], json!(true));
+        assert_eq!(one["resources"], json!(["alone"]));
         server.close().await;
     })
     .await;

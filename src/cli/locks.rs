@@ -1,5 +1,6 @@
 //! The lock commands for people: status, list, acquire (optionally held until Ctrl-C),
-//! release, extend, force-release and a live watch.
+//! release, extend, force-release and a live watch. Acquire, release and extend take one
+//! resource or several: several are one lease, taken all or nothing.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -36,11 +37,12 @@ pub struct ListArgs {
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  quorumlock acquire db:migrations --ttl-ms 30000 --purpose \"migration 42\"   # prints the token\n  quorumlock acquire deploy --hold        # keep it (renewed) until Ctrl-C, then release it"
+    after_help = "Several resources are taken as one lease, all or nothing: one token and one fencing token\nfor all of them, or none of them when any is held.\n\nExamples:\n  quorumlock acquire db:migrations --ttl-ms 30000 --purpose \"migration 42\"   # prints the token\n  quorumlock acquire deploy --hold        # keep it (renewed) until Ctrl-C, then release it\n  quorumlock acquire src/a.rs src/b.rs src/c.rs --purpose refactor   # all three, or none"
 )]
 pub struct AcquireArgs {
-    /// The resource to lock.
-    resource: String,
+    /// The resource to lock; several are locked together, all or nothing (at most 64).
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    resources: Vec<String>,
     /// Lease TTL in milliseconds.
     #[arg(long, default_value_t = 15_000)]
     ttl_ms: u64,
@@ -59,9 +61,13 @@ pub struct AcquireArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Example:\n  quorumlock release db:migrations --token 3f2a...")]
+#[command(
+    after_help = "Examples:\n  quorumlock release db:migrations --token 3f2a...\n  quorumlock release src/a.rs src/b.rs src/c.rs --token 3f2a...   # a set, as acquired"
+)]
 pub struct ReleaseArgs {
-    resource: String,
+    /// The resource, or every resource of a set acquired together (any order).
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    resources: Vec<String>,
     /// The token `acquire` printed.
     #[arg(long)]
     token: String,
@@ -69,10 +75,12 @@ pub struct ReleaseArgs {
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Example:\n  quorumlock extend db:migrations --token 3f2a... --ttl-ms 30000"
+    after_help = "Examples:\n  quorumlock extend db:migrations --token 3f2a... --ttl-ms 30000\n  quorumlock extend src/a.rs src/b.rs src/c.rs --token 3f2a...   # a set, as acquired"
 )]
 pub struct ExtendArgs {
-    resource: String,
+    /// The resource, or every resource of a set acquired together (any order).
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    resources: Vec<String>,
     /// The token `acquire` printed.
     #[arg(long)]
     token: String,
@@ -233,10 +241,25 @@ pub async fn list(locks: &Locks, args: &ListArgs, json: bool) -> anyhow::Result<
     Ok(exit::OK)
 }
 
+/// The resources as the engine orders a set: sorted (one resource stays as given).
+fn canonical(resources: &[String]) -> Vec<String> {
+    let mut names = resources.to_vec();
+    names.sort();
+    names
+}
+
+/// How tables name one resource or a set: `a` or `a, b, c`.
+fn label(resources: &[String]) -> String {
+    resources.join(", ")
+}
+
 pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::Result<u8> {
     let owner = args.owner.clone().unwrap_or_else(who_am_i);
-    let mut request = locks
-        .acquire(args.resource.as_str())
+    let request = match args.resources.as_slice() {
+        [one] => locks.acquire(one.as_str()),
+        several => locks.acquire_all(several),
+    };
+    let mut request = request
         .ttl(Duration::from_millis(args.ttl_ms))
         .wait(Duration::from_millis(args.wait_ms))
         .owner(owner);
@@ -250,18 +273,29 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
             holder,
             votes,
         }) if json => {
-            output::json(
-                &json!({"acquired": false, "resource": resource, "holder": holder, "votes": votes}),
-            )?;
+            // `resource` names the member of a set that is held (the set itself when the
+            // groups did not say which).
+            let asked = canonical(&args.resources);
+            let held_resource = asked.contains(&resource).then_some(resource);
+            output::json(&json!({
+                "acquired": false,
+                "resource": asked[0],
+                "resources": asked,
+                "held_resource": held_resource,
+                "holder": holder,
+                "votes": votes,
+            }))?;
             return Ok(exit::DENIED);
         }
         Err(error) => return Err(error.into()),
     };
     let expires_at = chrono::DateTime::<chrono::Utc>::from(lease.expires_at()).to_rfc3339();
+    let resources = lease.resources().to_vec();
     if json {
         output::json(&json!({
             "acquired": true,
             "resource": lease.resource(),
+            "resources": resources,
             "token": lease.token(),
             "fencing_token": lease.fencing_token(),
             "validity_ms": lease.validity().as_millis() as u64,
@@ -269,9 +303,17 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
             "votes": lease.votes(),
         }))?;
     } else {
-        println!("acquired {}", lease.resource());
+        println!("acquired {}", label(&resources));
         println!("token          {}", lease.token());
-        println!("fencing token  {}", lease.fencing_token());
+        if resources.len() > 1 {
+            println!(
+                "fencing token  {} (one for all {}: pass it with writes to each)",
+                lease.fencing_token(),
+                resources.len()
+            );
+        } else {
+            println!("fencing token  {}", lease.fencing_token());
+        }
         println!(
             "valid for      {} (until {expires_at})",
             duration_ms(lease.validity().as_millis() as u64)
@@ -279,10 +321,14 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
     }
     if !args.hold {
         let Detached {
-            resource, token, ..
+            resources, token, ..
         } = lease.detach();
         if !json {
-            println!("release it with: quorumlock release {resource} --token {token}");
+            println!(
+                "release {} with: quorumlock release {} --token {token}",
+                if resources.len() > 1 { "them" } else { "it" },
+                resources.join(" ")
+            );
         }
         return Ok(exit::OK);
     }
@@ -301,26 +347,33 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
                 LeaseEnd::MaxHold => "max_hold_ms reached".to_string(),
                 LeaseEnd::Released => "released".to_string(),
             };
-            eprintln!("the lock on {} ended: {reason}", args.resource);
+            eprintln!("the lock on {} ended: {reason}", label(&resources));
             return Ok(exit::DENIED);
         }
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}
     }
     let released = kept.release().await?;
-    report_release(&args.resource, &released, json)
+    report_release(&resources, &released, json)
 }
 
-fn report_release(resource: &str, released: &Released, json: bool) -> anyhow::Result<u8> {
+/// Prints a release of one resource or of a set (`resources` in the engine's order).
+fn report_release(resources: &[String], released: &Released, json: bool) -> anyhow::Result<u8> {
+    let named = label(resources);
     if json {
-        output::json(
-            &json!({"released": released.released, "resource": resource, "groups_released": released.groups_released, "votes": released.votes}),
-        )?;
+        output::json(&json!({
+            "released": released.released,
+            "resource": resources[0],
+            "resources": resources,
+            "groups_released": released.groups_released,
+            "votes": released.votes,
+        }))?;
     } else if released.released {
-        println!("released {resource} on {} groups", released.groups_released);
+        println!("released {named} on {} groups", released.groups_released);
     } else {
         println!(
-            "{resource} was not held by this token (expired, released, or someone else's); nothing changed"
+            "{named} {} not held by this token (expired, released, or someone else's); nothing changed",
+            if resources.len() > 1 { "were" } else { "was" }
         );
     }
     Ok(if released.released {
@@ -331,29 +384,35 @@ fn report_release(resource: &str, released: &Released, json: bool) -> anyhow::Re
 }
 
 pub async fn release(locks: &Locks, args: &ReleaseArgs, json: bool) -> anyhow::Result<u8> {
-    let released = locks.release(&args.resource, &args.token).await?;
-    report_release(&args.resource, &released, json)
+    let released = match args.resources.as_slice() {
+        [one] => locks.release(one, &args.token).await?,
+        several => locks.release_all(several, &args.token).await?,
+    };
+    report_release(&canonical(&args.resources), &released, json)
 }
 
 pub async fn extend(locks: &Locks, args: &ExtendArgs, json: bool) -> anyhow::Result<u8> {
-    let extended = locks
-        .extend(
-            &args.resource,
-            &args.token,
-            Duration::from_millis(args.ttl_ms),
-        )
-        .await?;
+    let ttl = Duration::from_millis(args.ttl_ms);
+    let extended = match args.resources.as_slice() {
+        [one] => locks.extend(one, &args.token, ttl).await?,
+        several => locks.extend_all(several, &args.token, ttl).await?,
+    };
     let validity = extended
         .valid_until
         .saturating_duration_since(std::time::Instant::now());
+    let resources = canonical(&args.resources);
     if json {
-        output::json(
-            &json!({"extended": true, "resource": args.resource, "validity_ms": validity.as_millis() as u64, "votes": extended.votes}),
-        )?;
+        output::json(&json!({
+            "extended": true,
+            "resource": resources[0],
+            "resources": resources,
+            "validity_ms": validity.as_millis() as u64,
+            "votes": extended.votes,
+        }))?;
     } else {
         println!(
             "extended {}: valid for {}",
-            args.resource,
+            label(&resources),
             duration_ms(validity.as_millis() as u64)
         );
     }
@@ -395,7 +454,7 @@ pub async fn force_release(
         "force-released `{}` (held by {holder}) by {by}",
         args.resource
     );
-    report_release(&args.resource, &released, json)
+    report_release(std::slice::from_ref(&args.resource), &released, json)
 }
 
 pub async fn watch(locks: &Locks, args: &WatchArgs, json: bool) -> anyhow::Result<u8> {

@@ -11,8 +11,8 @@ use serde::de::DeserializeOwned;
 
 use super::reply::ToolError;
 use super::{Limits, MAX_WAIT};
-use crate::MAX_LIST_LIMIT;
 use crate::validate_resource;
+use crate::{Error, MAX_LIST_LIMIT, MAX_SET_RESOURCES};
 
 /// Longest token accepted before the engine sees it (tokens are 32 hex digits).
 const MAX_TOKEN_BYTES: usize = 64;
@@ -35,6 +35,88 @@ pub fn decode<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError
 /// Checks a resource name with the engine's rules, naming the field.
 pub fn resource(name: &str) -> Result<(), ToolError> {
     validate_resource(name).map_err(ToolError::from)
+}
+
+/// What `acquire_lock`, `release_lock` and `extend_lock` act on: one resource (`resource`),
+/// or several taken all or nothing (`resources`). The caller names it with exactly one of the
+/// two; another kind of target later (a semaphore's permits, say) would be one more field of
+/// which exactly one is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// The names: the one resource, or the set sorted into the engine's canonical order.
+    pub names: Vec<String>,
+    /// True when the caller passed `resources` (even a list of one).
+    pub set: bool,
+}
+
+impl Target {
+    /// The resource, or the first of the set.
+    pub fn first(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// How summaries name it: `` `a` `` or `` `a`, `b`, `c` ``.
+    pub fn label(&self) -> String {
+        self.names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Checks `resource` and `resources` (exactly one of them; every name with the engine's rules,
+/// none twice, at most [`MAX_SET_RESOURCES`]), naming the field that is wrong.
+pub fn target(
+    resource: Option<String>,
+    resources: Option<Vec<String>>,
+) -> Result<Target, ToolError> {
+    match (resource, resources) {
+        (Some(_), Some(_)) => Err(ToolError::invalid_arguments(
+            "invalid arguments `resource` and `resources`: pass exactly one of them: `resource` for one lock, or `resources` for several taken together, all or nothing",
+        )),
+        (None, None) => Err(ToolError::invalid_arguments(
+            "invalid arguments: missing `resource` or `resources`: pass exactly one of them: `resource` (a name) for one lock, or `resources` (a list of names) for several taken together, all or nothing",
+        )),
+        (Some(name), None) => {
+            self::resource(&name)?;
+            Ok(Target {
+                names: vec![name],
+                set: false,
+            })
+        }
+        (None, Some(names)) => set(names),
+    }
+}
+
+fn set(mut names: Vec<String>) -> Result<Target, ToolError> {
+    if names.is_empty() {
+        return Err(ToolError::invalid_arguments(
+            "invalid argument `resources`: is empty; name at least one resource",
+        ));
+    }
+    if names.len() > MAX_SET_RESOURCES {
+        return Err(ToolError::invalid_arguments(format!(
+            "invalid argument `resources`: names {} resources; one lock takes at most {MAX_SET_RESOURCES}. Split the work, or lock fewer, coarser names",
+            names.len()
+        )));
+    }
+    for (index, name) in names.iter().enumerate() {
+        validate_resource(name).map_err(|error| match error {
+            Error::InvalidInput { reason, .. } => ToolError::invalid_arguments(format!(
+                "invalid argument `resources[{index}]`: {reason}"
+            )),
+            other => ToolError::from(other),
+        })?;
+    }
+    names.sort();
+    if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
+        return Err(ToolError::invalid_arguments(format!(
+            "invalid argument `resources`: names `{}` twice; name each resource once",
+            twice[0]
+        )));
+    }
+    Ok(Target { names, set: true })
 }
 
 /// Checks a token's shape before it travels anywhere.
@@ -125,12 +207,63 @@ mod tests {
 
     #[test]
     fn every_decoding_error_names_the_field() {
-        assert!(decode_error(json!({})).contains("`resource`"));
         assert!(decode_error(json!({"resource": 5})).contains("`resource`"));
+        assert!(decode_error(json!({"resources": "a"})).contains("`resources`"));
+        assert!(decode_error(json!({"resources": ["a", 5]})).contains("`resources[1]`"));
         assert!(decode_error(json!({"resource": "a", "ttl_ms": "x"})).contains("`ttl_ms`"));
         assert!(decode_error(json!({"resource": "a", "ttl_ms": 1.5})).contains("`ttl_ms`"));
         assert!(decode_error(json!({"resource": "a", "keepalive": "yes"})).contains("`keepalive`"));
         assert!(decode_error(json!({"resource": "a", "ttl": 5})).contains("`ttl`"));
+    }
+
+    fn target_error(resource: Option<&str>, resources: Option<&[&str]>) -> String {
+        let owned = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        match target(resource.map(str::to_string), resources.map(owned)) {
+            Ok(target) => format!("accepted: {target:?}"),
+            Err(error) => error.message().to_string(),
+        }
+    }
+
+    #[test]
+    fn a_target_is_one_resource_or_a_sorted_set_and_a_bad_one_names_its_field() {
+        let one = target(Some("a".into()), None).expect("one");
+        assert_eq!((one.names, one.set), (vec!["a".to_string()], false));
+        let set = target(None, Some(vec!["c".into(), "a".into(), "b".into()])).expect("set");
+        assert_eq!((set.first(), set.set), ("a", true));
+        assert_eq!(set.label(), "`a`, `b`, `c`");
+
+        let both = target_error(Some("a"), Some(&["b"]));
+        assert!(both.contains("`resource` and `resources`"), "{both}");
+        assert!(both.contains("exactly one"), "{both}");
+        let neither = target_error(None, None);
+        assert!(neither.contains("`resource` or `resources`"), "{neither}");
+        let empty = target_error(None, Some(&[]));
+        assert!(
+            empty.contains("`resources`") && empty.contains("empty"),
+            "{empty}"
+        );
+        let twice = target_error(None, Some(&["a", "b", "a"]));
+        assert!(
+            twice.contains("`resources`") && twice.contains("`a` twice"),
+            "{twice}"
+        );
+        let bad = target_error(None, Some(&["ok", "bad\nname"]));
+        assert!(bad.contains("`resources[1]`"), "{bad}");
+        assert!(target_error(Some(""), None).contains("`resource`"));
+        let many: Vec<String> = (0..=MAX_SET_RESOURCES).map(|i| i.to_string()).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let too_many = target_error(None, Some(&many));
+        assert!(
+            too_many.contains("`resources`") && too_many.contains("at most 64"),
+            "{too_many}"
+        );
+        assert!(
+            target(
+                None,
+                Some(many[..64].iter().map(|n| n.to_string()).collect())
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -36,10 +36,20 @@ fn default_list_limit() -> i64 {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireLockArgs {
-    /// Name of the shared thing to lock, e.g. `repo:acme/api:branch:main` or
+    /// Name of the one shared thing to lock, e.g. `repo:acme/api:branch:main` or
     /// `db:orders:migrations`. Everyone who must not act at the same time has to use exactly
-    /// the same name. 1 to 512 bytes of printable text.
-    pub resource: String,
+    /// the same name. 1 to 512 bytes of printable text. Pass either `resource` or
+    /// `resources`, not both.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// Several shared things to lock together, all or nothing, e.g. every file one edit
+    /// touches: you get every one of them under one token and one fencing token, or none.
+    /// 1 to 64 distinct names, in any order (each named as for `resource`). Take them in this
+    /// one call, never one call at a time: two agents each holding part of what the other
+    /// needs wait for each other forever. Pass either `resource` or `resources`, not both.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64))]
+    pub resources: Option<Vec<String>>,
     /// How long the lock lives, in milliseconds, unless you extend or release it first (or
     /// set keepalive). Must lie within the server's bounds (by default 5000 to 3600000).
     #[serde(default = "default_ttl_ms")]
@@ -66,8 +76,14 @@ pub struct AcquireLockArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseLockArgs {
-    /// The resource name you passed to `acquire_lock`.
-    pub resource: String,
+    /// The resource name you passed to `acquire_lock` as `resource`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// The names you passed to `acquire_lock` as `resources` (any order): the whole set is
+    /// released together. Pass either `resource` or `resources`, not both.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64))]
+    pub resources: Option<Vec<String>>,
     /// The `token` that `acquire_lock` returned (not the fencing_token).
     pub token: String,
 }
@@ -76,8 +92,14 @@ pub struct ReleaseLockArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendLockArgs {
-    /// The resource name you passed to `acquire_lock`.
-    pub resource: String,
+    /// The resource name you passed to `acquire_lock` as `resource`.
+    #[serde(default)]
+    pub resource: Option<String>,
+    /// The names you passed to `acquire_lock` as `resources` (any order): the whole set is
+    /// renewed together. Pass either `resource` or `resources`, not both.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64))]
+    pub resources: Option<Vec<String>>,
     /// The `token` that `acquire_lock` returned (not the fencing_token).
     pub token: String,
     /// New lifetime in milliseconds, counted from now (same bounds as `acquire_lock`).
@@ -117,14 +139,19 @@ pub struct ClusterHealthArgs {}
 /// it (`acquired: false`, with `holder` and `retry_after_ms`).
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct AcquireLockResult {
-    /// True when you now hold the lock.
+    /// True when you now hold the lock (for `resources`: every one of them).
     pub acquired: bool,
+    /// The resource you asked for; with `resources`, the first of them in sorted order.
     pub resource: String,
+    /// Every resource this call was about, sorted: one, unless you passed `resources`. When
+    /// acquired is true you hold all of them under the one token; when false, none of them.
+    pub resources: Vec<String>,
     /// Secret proof of ownership: pass it to `release_lock` and `extend_lock`. Do not share it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
     /// Grows with every new holder of this resource. Pass it with every write to the protected
-    /// resource, which must reject writes carrying a smaller number than one it has seen.
+    /// resource, which must reject writes carrying a smaller number than one it has seen. With
+    /// `resources` it is one number for the whole set: pass it with writes to each of them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fencing_token: Option<u64>,
     /// Milliseconds you may rely on holding the lock from now; finish or extend before then.
@@ -139,6 +166,10 @@ pub struct AcquireLockResult {
     /// How the vote went: how many groups granted, how many were needed, each group's vote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quorum: Option<QuorumReport>,
+    /// When you did not get it: the resource `holder` holds. With `resources`, the one that
+    /// stopped the set (you were granted none of them); absent when the groups did not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_resource: Option<String>,
     /// Who holds the lock when you did not get it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<HolderView>,
@@ -192,7 +223,10 @@ pub struct ReleaseLockResult {
     /// True when the lock was yours and is now free. False when this token did not hold it
     /// (it expired, was already released, or the token is wrong); the lock was left alone.
     pub released: bool,
+    /// The resource; with `resources`, the first of them in sorted order.
     pub resource: String,
+    /// Every resource released together, sorted: one, unless you passed `resources`.
+    pub resources: Vec<String>,
     /// How many groups deleted the lock at the first try; a group that did not answer is
     /// tried again in the background.
     pub groups_released: usize,
@@ -204,7 +238,10 @@ pub struct ExtendLockResult {
     /// True when the lease was renewed. False when this token no longer holds the lock:
     /// stop writing to the protected resource and acquire it again.
     pub extended: bool,
+    /// The resource; with `resources`, the first of them in sorted order.
     pub resource: String,
+    /// Every resource renewed together, sorted: one, unless you passed `resources`.
+    pub resources: Vec<String>,
     /// Milliseconds you may rely on holding the lock from now.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validity_ms: Option<u64>,
@@ -231,8 +268,9 @@ pub struct LockStatusResult {
     /// True when groups hold the lock for more than one holder: do not trust `holder` alone;
     /// the one with the higher fencing token wins at fenced storage.
     pub split: bool,
-    /// The keepalive lease this server runs (or ran) for this resource, if any: `renewing`,
-    /// or how it ended (`lost`, `max_hold_reached`). Only a lease of your own session shows.
+    /// The keepalive lease this server runs (or ran) for this resource, alone or as one of a
+    /// set, if any: `renewing`, or how it ended (`lost`, `max_hold_reached`). Only a lease of
+    /// your own session shows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<KeepaliveView>,
 }
@@ -270,6 +308,9 @@ pub struct KeepaliveView {
     /// belong to someone else now: stop writing and acquire again. `max_hold_reached`: the
     /// server released it after its max hold time.
     pub state: KeepaliveState,
+    /// Every resource of the kept lease, sorted: more than one when it was acquired with
+    /// `resources`, and then they are renewed, lost or released together.
+    pub resources: Vec<String>,
     pub fencing_token: u64,
     /// Why the lease ended.
     #[serde(skip_serializing_if = "Option::is_none")]

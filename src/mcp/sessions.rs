@@ -6,6 +6,9 @@
 //! lock is released. The registry is shared by every handler instance, because rmcp may build
 //! a fresh handler per request: nothing per-session lives in a handler.
 //!
+//! A lease may hold several resources taken together (`resources`): it is renewed, released
+//! and lost as one, and every one of its resources shows it.
+//!
 //! Each lease is owned by one task that waits for either its end or a stop request; stopping
 //! means releasing. How a lease ended (lost, capped) is remembered per session and resource so
 //! that `lock_status` can tell the agent, and the session gets a logging notification. A
@@ -76,7 +79,8 @@ struct SessionEntry {
 
 struct LeaseEntry {
     session: SessionKey,
-    resource: String,
+    /// Every resource of the lease, in canonical order (one, unless it is a set).
+    resources: Vec<String>,
     fencing_token: u64,
     /// Dropping this without sending also stops the lease (and releases it).
     stop: oneshot::Sender<ReleaseResponder>,
@@ -96,6 +100,18 @@ struct State {
     ended: HashMap<(SessionKey, String), EndedLease>,
     /// Set at shutdown: no session may open and no lease may be adopted after it.
     closed: bool,
+}
+
+/// What [`SessionRegistry::release`] did with a token.
+pub enum KeptRelease {
+    /// The token keeps no lease of this server on these resources: release it through the
+    /// engine.
+    NotKept,
+    /// The token keeps a lease on a different set that shares some of these resources; nothing
+    /// was released. Carries the lease's resources.
+    OtherSet(Vec<String>),
+    /// The lease was stopped and released.
+    Released(Result<Released, Error>),
 }
 
 /// Why a lease could not be adopted; the lease comes back so the caller releases it.
@@ -291,14 +307,14 @@ impl SessionRegistry {
                 }
                 return Err(Box::new(AdoptError { lease, refusal }));
             }
-            state
-                .ended
-                .remove(&(session.clone(), lease.resource().to_string()));
+            for resource in lease.resources() {
+                state.ended.remove(&(session.clone(), resource.clone()));
+            }
             state.leases.insert(
                 lease.token().to_string(),
                 LeaseEntry {
                     session: session.clone(),
-                    resource: lease.resource().to_string(),
+                    resources: lease.resources().to_vec(),
                     fencing_token: lease.fencing_token(),
                     stop,
                 },
@@ -317,17 +333,25 @@ impl SessionRegistry {
         Ok(())
     }
 
-    /// Releases the keepalive lease `token` of `resource`, if this server keeps it alive.
-    /// `None` means it is not one of ours: release it through the engine.
-    pub async fn release(&self, resource: &str, token: &str) -> Option<Result<Released, Error>> {
+    /// Releases the keepalive lease `token` of `resources` (canonical order), if this server
+    /// keeps it alive. A lease on a set is released only when all of its resources are named:
+    /// part of it, released through the engine, would leave the rest renewing until a renewal
+    /// fails.
+    pub async fn release(&self, resources: &[String], token: &str) -> KeptRelease {
         let entry = {
             let mut state = self.lock();
             match state.leases.get(token) {
-                Some(entry) if entry.resource == resource => state.leases.remove(token),
+                Some(entry) if entry.resources == resources => state.leases.remove(token),
+                Some(entry) if entry.resources.iter().any(|r| resources.contains(r)) => {
+                    return KeptRelease::OtherSet(entry.resources.clone());
+                }
                 _ => None,
             }
-        }?;
-        Some(stop_lease(entry).await)
+        };
+        match entry {
+            Some(entry) => KeptRelease::Released(stop_lease(entry).await),
+            None => KeptRelease::NotKept,
+        }
     }
 
     /// What `lock_status` shows `session` about its own keepalive lease on `resource`: never
@@ -335,13 +359,12 @@ impl SessionRegistry {
     pub fn view(&self, session: Option<&SessionKey>, resource: &str) -> Option<KeepaliveView> {
         let session = session?;
         let state = self.lock();
-        if let Some(lease) = state
-            .leases
-            .values()
-            .find(|lease| &lease.session == session && lease.resource == resource)
-        {
+        if let Some(lease) = state.leases.values().find(|lease| {
+            &lease.session == session && lease.resources.iter().any(|r| r == resource)
+        }) {
             return Some(KeepaliveView {
                 state: KeepaliveState::Renewing,
+                resources: lease.resources.clone(),
                 fencing_token: lease.fencing_token,
                 reason: None,
                 ended_at: None,
@@ -367,7 +390,7 @@ impl SessionRegistry {
         };
         match stop {
             Ok(responder) => {
-                let resource = lease.resource().to_string();
+                let resource = lease.resources().join(", ");
                 let released = lease.release().await;
                 if let Err(error) = &released {
                     tracing::warn!(%resource, %error, "releasing a keepalive lease failed; its TTL will free it");
@@ -410,6 +433,7 @@ impl SessionRegistry {
         let ended = SystemTime::now();
         let view = KeepaliveView {
             state: state_name,
+            resources: lease.resources().to_vec(),
             fencing_token: lease.fencing_token(),
             reason: Some(reason.clone()),
             ended_at: Some(rfc3339(ended)),
@@ -417,7 +441,8 @@ impl SessionRegistry {
         let wants_warning = {
             let mut state = self.lock();
             state.leases.remove(lease.token());
-            if state.ended.len() >= MAX_ENDED_RECORDS
+            // Room for one record per resource of the lease.
+            while state.ended.len() + lease.resources().len() > MAX_ENDED_RECORDS
                 && let Some(oldest) = state
                     .ended
                     .iter()
@@ -426,19 +451,24 @@ impl SessionRegistry {
             {
                 state.ended.remove(&oldest);
             }
-            // A session that is gone can no longer ask.
+            // A session that is gone can no longer ask. Each resource of a set shows the end.
             if state.sessions.contains_key(&session) {
-                state.ended.insert(
-                    (session.clone(), lease.resource().to_string()),
-                    EndedLease { view, ended },
-                );
+                for resource in lease.resources() {
+                    state.ended.insert(
+                        (session.clone(), resource.clone()),
+                        EndedLease {
+                            view: view.clone(),
+                            ended,
+                        },
+                    );
+                }
             }
             state
                 .sessions
                 .get(&session)
                 .is_some_and(|entry| entry.min_level <= LEVEL_WARNING)
         };
-        tracing::warn!(resource = lease.resource(), state = state_name.as_str(), %reason, "keepalive lease ended");
+        tracing::warn!(resource = %lease.resources().join(", "), state = state_name.as_str(), %reason, "keepalive lease ended");
         if wants_warning {
             notify_lease_end(&peer, lease, state_name, &reason).await;
         }
@@ -476,6 +506,7 @@ async fn notify_lease_end(
         "event": "keepalive_lease_ended",
         "state": state.as_str(),
         "resource": lease.resource(),
+        "resources": lease.resources(),
         "fencing_token": lease.fencing_token(),
         "reason": reason,
         "advice": "stop writing to the protected resource; call acquire_lock again before continuing",

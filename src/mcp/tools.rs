@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use crate::engine::clock::millis;
 use crate::{Admission, GroupLockState};
 
-use super::arguments::{self, decode};
+use super::arguments::{self, Target, decode};
 use super::contract::{
     AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
     ExtendLockResult, GroupHealthView, ListLocksArgs, ListLocksResult, LockStatusArgs,
@@ -22,23 +22,26 @@ use super::contract::{
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
-use super::sessions::Refusal;
+use super::sessions::{KeptRelease, Refusal};
 use crate::AcquireOptions;
 use crate::Error;
 
 const ACQUIRE_LOCK: &str = "Take a distributed lock on a shared resource before you change it, so that no other agent or process changes it at the same time. \
 The lock is granted only when a majority of independent Redis groups agree, and it frees itself after ttl_ms unless you extend or release it. \
-If acquired is true: pass fencing_token with every write to the protected resource (storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done. \
+Name what you lock with exactly one of resource (one name) or resources (a list). \
+When one piece of work changes several resources (an edit that touches several files, say), pass all of them as resources in this one call: you get every one of them or none, under one token and one fencing_token. Never lock them one call at a time: two agents each holding part of what the other needs wait for each other forever. \
+If acquired is true: pass fencing_token with every write to the protected resource (with resources: to each of them; storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done, naming the same resource or resources. \
 For work longer than one TTL set keepalive: true, and this server renews the lease until you release it or your session ends. \
-If acquired is false, someone else holds it (see holder): that is a normal answer, not an error; do other work and retry after retry_after_ms. \
+If acquired is false, someone else holds it (see holder, and held_resource for which one of your resources): that is a normal answer, not an error, and you hold none of them; do other work and retry after retry_after_ms. \
 A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health. \
 Keepalive leases are capped per session and per server: beyond a cap the call is a tool error naming the limit, and it leaves no lock behind.";
 
 const RELEASE_LOCK: &str = "Release a lock you hold as soon as you are done with the resource, so others can take it. \
-Pass the resource and the token from acquire_lock. released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone. \
+Pass the token from acquire_lock and the same resource, or the same resources (a set is released together). released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone. \
 Also stops this server's renewal of a keepalive lease. Safe to repeat.";
 
 const EXTEND_LOCK: &str = "Renew a lock you hold for ttl_ms more milliseconds, counted from now, before validity_ms runs out, when your work takes longer than planned. \
+Pass the token from acquire_lock and the same resource, or the same resources (a set is renewed together). \
 extended: false means the lease is already gone (expired or taken over): stop writing to the protected resource and call acquire_lock again. \
 Not needed for keepalive leases.";
 
@@ -157,7 +160,7 @@ impl LockServer {
     ) -> Result<Reply, ToolError> {
         let args: AcquireLockArgs = decode(arguments)?;
         let shared = self.shared();
-        arguments::resource(&args.resource)?;
+        let target = arguments::target(args.resource, args.resources)?;
         let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
         let wait = shared.limits.wait("wait_ms", args.wait_ms)?;
         let session = match args.keepalive {
@@ -187,19 +190,30 @@ impl LockServer {
         };
         // The acquire runs in its own task: if the client cancels the call, the task still
         // finishes, and a lease nobody will receive is released when the task drops it.
-        let (locks, resource) = (shared.locks.clone(), args.resource.clone());
+        let (locks, request) = (shared.locks.clone(), target.clone());
         let started = Instant::now();
-        let attempt = tokio::spawn(async move { locks.acquire_with(&resource, &options).await })
-            .await
-            .map_err(|error| ToolError::internal(format!("the acquire task failed: {error}")))?;
+        let attempt = tokio::spawn(async move {
+            if request.set {
+                locks.acquire_all_with(&request.names, &options).await
+            } else {
+                locks.acquire_with(request.first(), &options).await
+            }
+        })
+        .await
+        .map_err(|error| ToolError::internal(format!("the acquire task failed: {error}")))?;
         shared.metrics.acquire_decided(started.elapsed());
         let lease = match attempt {
             Ok(lease) => lease,
-            Err(Error::Held { holder, votes, .. }) => {
+            Err(Error::Held {
+                resource,
+                holder,
+                votes,
+            }) => {
                 shared.metrics.denied();
                 shared.metrics.votes(&votes);
                 return held_reply(
-                    args.resource,
+                    target,
+                    resource,
                     holder,
                     shared.locks.topology().retry_delay_ms,
                 );
@@ -211,9 +225,18 @@ impl LockServer {
         let quorum = QuorumReport::from_votes(lease.votes(), shared.locks.quorum());
         let validity_ms = millis(lease.validity());
         let summary = format!(
-            "acquired `{}`: fencing token {}, valid for {validity_ms} ms, {} of {} groups granted ({} needed){}",
-            args.resource,
+            "acquired {}: fencing token {}{}, valid for {validity_ms} ms, {} of {} groups granted ({} needed){}",
+            if target.names.len() > 1 {
+                format!("{} together", target.label())
+            } else {
+                target.label()
+            },
             lease.fencing_token(),
+            if target.names.len() > 1 {
+                " for writes to each of them"
+            } else {
+                ""
+            },
             quorum.granted,
             quorum.groups.len(),
             quorum.needed,
@@ -225,13 +248,15 @@ impl LockServer {
         );
         let result = AcquireLockResult {
             acquired: true,
-            resource: args.resource,
+            resource: lease.resource().to_string(),
+            resources: lease.resources().to_vec(),
             token: Some(lease.token().to_string()),
             fencing_token: Some(lease.fencing_token()),
             validity_ms: Some(validity_ms),
             expires_at: Some(rfc3339(lease.expires_at())),
             keepalive: Some(session.is_some()),
             quorum: Some(quorum),
+            held_resource: None,
             holder: None,
             retry_after_ms: None,
         };
@@ -267,12 +292,16 @@ impl LockServer {
 
     async fn release(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
         let args: ReleaseLockArgs = decode(arguments)?;
-        arguments::resource(&args.resource)?;
+        let target = arguments::target(args.resource, args.resources)?;
         arguments::token(&args.token)?;
         let shared = self.shared();
-        let released = match shared.sessions.release(&args.resource, &args.token).await {
-            Some(released) => released,
-            None => shared.locks.release(&args.resource, &args.token).await,
+        let released = match shared.sessions.release(&target.names, &args.token).await {
+            KeptRelease::Released(released) => released,
+            KeptRelease::OtherSet(kept) => return Err(other_set(&target, &kept)),
+            KeptRelease::NotKept if target.set => {
+                shared.locks.release_all(&target.names, &args.token).await
+            }
+            KeptRelease::NotKept => shared.locks.release(target.first(), &args.token).await,
         };
         let (released, groups_released) = match released {
             Ok(released) => {
@@ -287,20 +316,26 @@ impl LockServer {
         };
         let summary = if released {
             format!(
-                "released `{}` ({groups_released} groups); it is free for others now",
-                args.resource
+                "released {} ({groups_released} groups); {} free for others now",
+                target.label(),
+                if target.names.len() > 1 {
+                    "they are"
+                } else {
+                    "it is"
+                }
             )
         } else {
             format!(
-                "nothing released: this token does not hold `{}` (expired, already released, or a wrong token); the lock was left alone",
-                args.resource
+                "nothing released: this token does not hold {} (expired, already released, or a wrong token); the lock was left alone",
+                target.label()
             )
         };
         Reply::new(
             summary,
             &ReleaseLockResult {
                 released,
-                resource: args.resource,
+                resource: target.first().to_string(),
+                resources: target.names,
                 groups_released,
             },
         )
@@ -308,11 +343,21 @@ impl LockServer {
 
     async fn extend(&self, arguments: JsonObject) -> Result<Reply, ToolError> {
         let args: ExtendLockArgs = decode(arguments)?;
-        arguments::resource(&args.resource)?;
+        let target = arguments::target(args.resource, args.resources)?;
         arguments::token(&args.token)?;
         let shared = self.shared();
         let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
-        let result = match shared.locks.extend(&args.resource, &args.token, ttl).await {
+        let extended = if target.set {
+            shared
+                .locks
+                .extend_all(&target.names, &args.token, ttl)
+                .await
+        } else {
+            shared.locks.extend(target.first(), &args.token, ttl).await
+        };
+        let label = target.label();
+        let (resource, resources) = (target.first().to_string(), target.names);
+        let result = match extended {
             Ok(extended) => {
                 shared.metrics.votes(&extended.votes);
                 let validity = extended
@@ -320,7 +365,8 @@ impl LockServer {
                     .saturating_duration_since(Instant::now());
                 ExtendLockResult {
                     extended: true,
-                    resource: args.resource,
+                    resource,
+                    resources,
                     validity_ms: Some(millis(validity)),
                     expires_at: Some(rfc3339(SystemTime::now() + validity)),
                 }
@@ -329,7 +375,8 @@ impl LockServer {
                 shared.metrics.votes(&votes);
                 ExtendLockResult {
                     extended: false,
-                    resource: args.resource,
+                    resource,
+                    resources,
                     validity_ms: None,
                     expires_at: None,
                 }
@@ -337,13 +384,14 @@ impl LockServer {
             Err(error) => return Err(self.failure(error)),
         };
         let summary = match result.validity_ms {
-            Some(validity_ms) => format!(
-                "extended `{}`: valid for {validity_ms} ms more",
-                result.resource
-            ),
+            Some(validity_ms) => format!("extended {label}: valid for {validity_ms} ms more"),
             None => format!(
-                "not extended: this token no longer holds `{}`; stop writing to it and acquire_lock again",
-                result.resource
+                "not extended: this token no longer holds {label}; stop writing to {} and acquire_lock again",
+                if result.resources.len() > 1 {
+                    "them"
+                } else {
+                    "it"
+                }
             ),
         };
         Reply::new(summary, &result)
@@ -536,9 +584,11 @@ fn describe_holder(owner: Option<&str>, purpose: Option<&str>) -> String {
     text
 }
 
-/// "Held by someone else": a normal result telling the agent whom to wait for, and how long.
+/// "Held by someone else": a normal result telling the agent whom to wait for, how long, and,
+/// for a set, which of its resources is held (`held`, as the engine named it).
 fn held_reply(
-    resource: String,
+    target: Target,
+    held: String,
     holder: Option<crate::Holder>,
     retry_delay_ms: u64,
 ) -> Result<Reply, ToolError> {
@@ -548,22 +598,51 @@ fn held_reply(
         || "another holder".to_string(),
         |h| describe_holder(h.owner.as_deref(), h.purpose.as_deref()),
     );
+    // The engine names the member it found held; when the groups did not say, it names the
+    // whole set, and so does the summary.
+    let held_resource = target.names.contains(&held).then_some(held);
+    let what = match (&held_resource, target.names.len()) {
+        (Some(held), 1) => format!("`{held}` is"),
+        (Some(held), count) => format!("`{held}`, one of the {count} resources you asked for, is"),
+        (None, _) => format!("one of {} is", target.label()),
+    };
+    let none_taken = if target.names.len() > 1 {
+        "; you hold none of them"
+    } else {
+        ""
+    };
     let summary = format!(
-        "not acquired: `{resource}` is held by {who} for another {remaining_ms} ms; do other work and retry after {retry_after_ms} ms"
+        "not acquired: {what} held by {who} for another {remaining_ms} ms{none_taken}; do other work and retry after {retry_after_ms} ms"
     );
     let result = AcquireLockResult {
         acquired: false,
-        resource,
+        resource: target.first().to_string(),
+        resources: target.names,
         token: None,
         fencing_token: None,
         validity_ms: None,
         expires_at: None,
         keepalive: None,
         quorum: None,
+        held_resource,
         holder: Some(holder.unwrap_or_default()),
         retry_after_ms: Some(retry_after_ms),
     };
     Reply::new(summary, &result)
+}
+
+/// A release naming part of a set (or more than it) that a keepalive lease of this token holds:
+/// releasing only what was named would leave the rest renewing, so nothing is released.
+fn other_set(target: &Target, kept: &[String]) -> ToolError {
+    let field = if target.set { "resources" } else { "resource" };
+    let kept = kept
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    ToolError::invalid_arguments(format!(
+        "invalid argument `{field}`: this token's keepalive lease holds {kept} together; pass exactly those as `resources` to release it. Nothing was released"
+    ))
 }
 
 #[cfg(test)]
@@ -597,5 +676,83 @@ mod tests {
             assert!(tool.annotations.is_some(), "{}", tool.name);
         }
         assert_eq!(LockServer::tool_router().list_all().len(), 6);
+    }
+
+    fn structured(reply: Result<Reply, ToolError>) -> (String, serde_json::Value) {
+        let result = finish(reply);
+        let summary = result
+            .content
+            .first()
+            .and_then(|block| block.as_text())
+            .map(|text| text.text.clone())
+            .unwrap_or_default();
+        (summary, result.structured_content.unwrap_or_default())
+    }
+
+    #[test]
+    fn a_denied_set_names_the_held_member_and_says_none_was_taken() {
+        let target = arguments::target(None, Some(vec!["c".into(), "b".into(), "a".into()]))
+            .expect("target");
+        let holder = crate::Holder {
+            owner: Some("agent-2".into()),
+            purpose: None,
+            remaining_ms: 900,
+        };
+        let (summary, result) =
+            structured(held_reply(target.clone(), "b".into(), Some(holder), 50));
+        assert_eq!(result["acquired"], serde_json::json!(false));
+        assert_eq!(result["resource"], serde_json::json!("a"));
+        assert_eq!(result["resources"], serde_json::json!(["a", "b", "c"]));
+        assert_eq!(result["held_resource"], serde_json::json!("b"));
+        assert_eq!(result["retry_after_ms"], serde_json::json!(900));
+        assert!(
+            summary.contains("`b`, one of the 3") && summary.contains("none of them"),
+            "{summary}"
+        );
+        // When the groups did not say which member is held, the whole set is named.
+        let (summary, result) = structured(held_reply(target, "a, b, c".into(), None, 50));
+        assert!(result.get("held_resource").is_none(), "{result}");
+        assert!(summary.contains("one of `a`, `b`, `c`"), "{summary}");
+    }
+
+    #[test]
+    fn the_lock_tools_take_resource_or_resources_and_describe_both() {
+        for tool in LockServer::tool_router().list_all() {
+            if !["acquire_lock", "release_lock", "extend_lock"].contains(&tool.name.as_ref()) {
+                continue;
+            }
+            let properties = &tool.input_schema["properties"];
+            assert_eq!(
+                properties["resources"]["maxItems"],
+                serde_json::json!(64),
+                "{}",
+                tool.name
+            );
+            assert_eq!(
+                properties["resources"]["minItems"],
+                serde_json::json!(1),
+                "{}",
+                tool.name
+            );
+            let required = tool
+                .input_schema
+                .get("required")
+                .cloned()
+                .unwrap_or_default();
+            assert!(
+                !required.to_string().contains("resource"),
+                "{}: {required}",
+                tool.name
+            );
+            let description = tool.description.as_deref().unwrap_or_default();
+            assert!(description.contains("resources"), "{}", tool.name);
+            let output = tool.output_schema.as_ref().expect("output schema");
+            assert!(
+                output["properties"]["resources"]["type"] == serde_json::json!("array"),
+                "{}: {}",
+                tool.name,
+                serde_json::Value::Object((**output).clone())
+            );
+        }
     }
 }
