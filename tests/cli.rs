@@ -387,3 +387,189 @@ async fn hold_keeps_a_set_renewed_until_ctrl_c_releases_all_of_it() {
         assert_eq!(fx.values_of(&lock_key(resource)).await, vec![None; 5]);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_and_released_by_token() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let take = |owner: &'static str, ttl: &'static str| {
+        let config = config.clone();
+        async move {
+            quorumlock(
+                &config,
+                &[
+                    "--json",
+                    "acquire",
+                    "sem:api",
+                    "--permits",
+                    "2",
+                    "--owner",
+                    owner,
+                    "--ttl-ms",
+                    ttl,
+                ],
+            )
+            .await
+        }
+    };
+
+    let mut tokens = Vec::new();
+    let mut slots = Vec::new();
+    for (owner, ttl) in [("alice", "30000"), ("bob", "20000")] {
+        let acquired = take(owner, ttl).await;
+        assert_eq!(acquired.status.code(), Some(0), "{}", stderr(&acquired));
+        let lease: serde_json::Value =
+            serde_json::from_str(&stdout(&acquired)).expect("acquire JSON");
+        assert_eq!(lease["acquired"], true);
+        assert_eq!(lease["permits"], 2);
+        let slot = lease["permit"].as_u64().expect("permit slot");
+        let token = lease["token"].as_str().expect("token").to_string();
+        assert!(token.ends_with(&format!("-{slot}")), "{token}");
+        assert!(lease["fencing_token"].as_u64().is_some());
+        tokens.push(token);
+        slots.push(slot);
+    }
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1]);
+
+    // Both permits are taken: the third caller is refused, naming the soonest to expire.
+    let third = quorumlock(
+        &config,
+        &["acquire", "sem:api", "--permits", "2", "--owner", "carol"],
+    )
+    .await;
+    assert_eq!(third.status.code(), Some(1), "{}", stdout(&third));
+    assert!(
+        stderr(&third).contains("`sem:api` is held by bob"),
+        "{}",
+        stderr(&third)
+    );
+    let denied = take("carol", "1000").await;
+    assert_eq!(denied.status.code(), Some(1));
+    let denied: serde_json::Value = serde_json::from_str(&stdout(&denied)).expect("denial JSON");
+    assert_eq!(denied["acquired"], false);
+    assert_eq!(denied["holder"]["owner"], "bob");
+
+    let table = quorumlock(&config, &["status", "sem:api"]).await;
+    assert_eq!(table.status.code(), Some(0), "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(
+        text.contains("sem:api: semaphore of 2 permits, 2 held"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("PERMIT") && l.contains("OWNER")),
+        "{text}"
+    );
+    assert!(text.contains("alice") && text.contains("bob"), "{text}");
+    let view = quorumlock(&config, &["--json", "status", "sem:api"]).await;
+    let view: serde_json::Value = serde_json::from_str(&stdout(&view)).expect("status JSON");
+    assert_eq!(view["semaphore"]["permits"], 2);
+    let mut owners: Vec<&str> = view["semaphore"]["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .map(|h| h["owner"].as_str().expect("owner"))
+        .collect();
+    owners.sort_unstable();
+    assert_eq!(owners, ["alice", "bob"]);
+    // A plain lock has no semaphore view.
+    let plain = quorumlock(&config, &["--json", "status", "not:a:semaphore"]).await;
+    let plain: serde_json::Value = serde_json::from_str(&stdout(&plain)).expect("status JSON");
+    assert!(plain.get("semaphore").is_none(), "{plain}");
+
+    // Extending and releasing by the permit's token act on that permit.
+    let extended = quorumlock(
+        &config,
+        &[
+            "extend", "sem:api", "--token", &tokens[1], "--ttl-ms", "20000",
+        ],
+    )
+    .await;
+    assert_eq!(extended.status.code(), Some(0), "{}", stderr(&extended));
+    let released = quorumlock(&config, &["release", "sem:api", "--token", &tokens[1]]).await;
+    assert_eq!(released.status.code(), Some(0), "{}", stderr(&released));
+    let status = fx.locks.semaphore_status("sem:api").await.expect("status");
+    assert_eq!(status.holders.len(), 1, "{status:?}");
+    assert_eq!(status.holders[0].holder.owner.as_deref(), Some("alice"));
+    let again = quorumlock(
+        &config,
+        &["acquire", "sem:api", "--permits", "2", "--owner", "carol"],
+    )
+    .await;
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("acquired permit") && stdout(&again).contains("(2 permits)"),
+        "{}",
+        stdout(&again)
+    );
+
+    // Counts out of range, disagreeing with the semaphore's, or with several resources.
+    for bad in [
+        &["acquire", "sem:new", "--permits", "0"][..],
+        &["acquire", "sem:api", "--permits", "3"],
+        &["acquire", "sem:a", "sem:b", "--permits", "2"],
+    ] {
+        let refused = quorumlock(&config, bad).await;
+        assert_eq!(
+            refused.status.code(),
+            Some(2),
+            "{bad:?}: {}",
+            stderr(&refused)
+        );
+        assert!(
+            stderr(&refused).contains("invalid permits"),
+            "{bad:?}: {}",
+            stderr(&refused)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_keeps_a_permit_renewed_until_ctrl_c_releases_it() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let mut holder = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .args([
+            "acquire",
+            "kept:sem",
+            "--permits",
+            "3",
+            "--hold",
+            "--ttl-ms",
+            "1000",
+            "--owner",
+            "dave",
+        ])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    while let Some(line) = lines.next_line().await.expect("read") {
+        if line.starts_with("holding it") {
+            break;
+        }
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < std::time::Duration::from_millis(2000) {
+        let status = fx.locks.semaphore_status("kept:sem").await.expect("status");
+        assert_eq!(
+            status.holders.len(),
+            1,
+            "lost after {:?}",
+            started.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let pid = holder.id().expect("pid") as i32;
+    // SAFETY: kill(2) on the child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = holder.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0));
+    let status = fx.locks.semaphore_status("kept:sem").await.expect("status");
+    assert!(status.holders.is_empty(), "{status:?}");
+}

@@ -1,6 +1,7 @@
 //! The lock commands for people: status, list, acquire (optionally held until Ctrl-C),
 //! release, extend, force-release and a live watch. Acquire, release and extend take one
-//! resource or several: several are one lease, taken all or nothing.
+//! resource or several: several are one lease, taken all or nothing. `acquire --permits N`
+//! takes one permit of a semaphore instead, and `status` shows a semaphore's holders.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -12,15 +13,16 @@ use super::exit;
 use super::output::{self, duration_ms, or_dash};
 use crate::Error;
 use crate::LockStatus;
+use crate::engine::resource::parse_permit_handle;
 use crate::{Detached, LeaseEnd};
-use crate::{Locks, Released};
+use crate::{Locks, Released, SemaphoreStatus};
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  quorumlock status db:migrations\n  quorumlock --json status db:migrations | jq .fencing_token"
+    after_help = "When the name is a semaphore in use, its permits and their holders are shown too.\n\nExamples:\n  quorumlock status db:migrations\n  quorumlock --json status db:migrations | jq .fencing_token\n  quorumlock --json status api:search | jq .semaphore.holders"
 )]
 pub struct StatusArgs {
-    /// The lock's resource name.
+    /// The lock's (or semaphore's) resource name.
     resource: String,
 }
 
@@ -37,7 +39,7 @@ pub struct ListArgs {
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Several resources are taken as one lease, all or nothing: one token and one fencing token\nfor all of them, or none of them when any is held.\n\nExamples:\n  quorumlock acquire db:migrations --ttl-ms 30000 --purpose \"migration 42\"   # prints the token\n  quorumlock acquire deploy --hold        # keep it (renewed) until Ctrl-C, then release it\n  quorumlock acquire src/a.rs src/b.rs src/c.rs --purpose refactor   # all three, or none"
+    after_help = "Several resources are taken as one lease, all or nothing: one token and one fencing token\nfor all of them, or none of them when any is held.\n\nWith --permits N, RESOURCE names a semaphore of N permits: at most N holders at once (say,\nat most N workers calling an API), each with a permit of its own; every caller must give the\nsame N. The token names the permit; release and extend take it like a lock's.\n\nExamples:\n  quorumlock acquire db:migrations --ttl-ms 30000 --purpose \"migration 42\"   # prints the token\n  quorumlock acquire deploy --hold        # keep it (renewed) until Ctrl-C, then release it\n  quorumlock acquire src/a.rs src/b.rs src/c.rs --purpose refactor   # all three, or none\n  quorumlock acquire api:search --permits 4 --hold   # one of 4 permits, until Ctrl-C"
 )]
 pub struct AcquireArgs {
     /// The resource to lock; several are locked together, all or nothing (at most 64).
@@ -58,6 +60,10 @@ pub struct AcquireArgs {
     /// Keep the lock, renewing it, until Ctrl-C or SIGTERM; then release it.
     #[arg(long)]
     hold: bool,
+    /// Take one permit of the semaphore RESOURCE, which has N permits (1..=128; every
+    /// caller must give the same N). One resource only.
+    #[arg(long, value_name = "N")]
+    permits: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -201,12 +207,54 @@ fn status_table(status: &LockStatus, quorum: usize) -> String {
     )
 }
 
+/// A semaphore's permits and holders: `NAME: semaphore of N permits, K held`, then a table.
+fn semaphore_table(semaphore: &SemaphoreStatus, permits: u32) -> String {
+    let mut text = format!(
+        "{}: semaphore of {permits} permits, {} held\n",
+        semaphore.name,
+        semaphore.holders.len()
+    );
+    if !semaphore.holders.is_empty() {
+        let rows = semaphore.holders.iter().map(|h| {
+            [
+                h.permit.to_string(),
+                or_dash(h.holder.owner.as_ref()),
+                or_dash(h.holder.purpose.as_ref()),
+                duration_ms(h.holder.remaining_ms),
+                or_dash(h.fencing_token),
+            ]
+        });
+        text.push('\n');
+        text.push_str(&output::table(
+            ["PERMIT", "OWNER", "PURPOSE", "REMAINING", "FENCE"],
+            rows,
+        ));
+    }
+    text
+}
+
 pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Result<u8> {
-    let status = locks.status(&args.resource).await?;
+    let (status, semaphore) = tokio::join!(
+        locks.status(&args.resource),
+        locks.semaphore_status(&args.resource)
+    );
+    let status = status?;
+    // The name is a semaphore in use when a majority keeps a permit count for it.
+    let semaphore = semaphore?;
+    let permits = semaphore.permits;
     if json {
-        output::json(&status)?;
+        let mut view = serde_json::to_value(&status)?;
+        if permits.is_some()
+            && let Some(object) = view.as_object_mut()
+        {
+            object.insert("semaphore".into(), serde_json::to_value(&semaphore)?);
+        }
+        output::json(&view)?;
     } else {
         print!("{}", status_table(&status, locks.quorum()));
+        if let Some(permits) = permits {
+            print!("\n{}", semaphore_table(&semaphore, permits));
+        }
     }
     Ok(exit::OK)
 }
@@ -255,9 +303,17 @@ fn label(resources: &[String]) -> String {
 
 pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::Result<u8> {
     let owner = args.owner.clone().unwrap_or_else(who_am_i);
-    let request = match args.resources.as_slice() {
-        [one] => locks.acquire(one.as_str()),
-        several => locks.acquire_all(several),
+    let request = match (args.resources.as_slice(), args.permits) {
+        ([one], Some(permits)) => locks.acquire_permit(one.as_str(), permits),
+        (_, Some(_)) => {
+            return Err(Error::InvalidInput {
+                field: "permits",
+                reason: "takes one permit of one semaphore: name one resource, not several".into(),
+            }
+            .into());
+        }
+        ([one], None) => locks.acquire(one.as_str()),
+        (several, None) => locks.acquire_all(several),
     };
     let mut request = request
         .ttl(Duration::from_millis(args.ttl_ms))
@@ -277,22 +333,31 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
             // groups did not say which).
             let asked = canonical(&args.resources);
             let held_resource = asked.contains(&resource).then_some(resource);
-            output::json(&json!({
+            let mut denial = json!({
                 "acquired": false,
                 "resource": asked[0],
                 "resources": asked,
                 "held_resource": held_resource,
                 "holder": holder,
                 "votes": votes,
-            }))?;
+            });
+            if let Some(permits) = args.permits {
+                // Every permit is taken; `holder` is the one whose permit expires first.
+                denial["permits"] = json!(permits);
+            }
+            output::json(&denial)?;
             return Ok(exit::DENIED);
         }
         Err(error) => return Err(error.into()),
     };
     let expires_at = chrono::DateTime::<chrono::Utc>::from(lease.expires_at()).to_rfc3339();
     let resources = lease.resources().to_vec();
+    // A permit's token ends in its slot.
+    let permit = args
+        .permits
+        .and_then(|permits| Some((parse_permit_handle(lease.token())?.1, permits)));
     if json {
-        output::json(&json!({
+        let mut acquired = json!({
             "acquired": true,
             "resource": lease.resource(),
             "resources": resources,
@@ -301,9 +366,20 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
             "validity_ms": lease.validity().as_millis() as u64,
             "expires_at": expires_at,
             "votes": lease.votes(),
-        }))?;
+        });
+        if let Some((slot, permits)) = permit {
+            acquired["permit"] = json!(slot);
+            acquired["permits"] = json!(permits);
+        }
+        output::json(&acquired)?;
     } else {
-        println!("acquired {}", label(&resources));
+        match permit {
+            Some((slot, permits)) => println!(
+                "acquired permit {slot} of {} ({permits} permits)",
+                label(&resources)
+            ),
+            None => println!("acquired {}", label(&resources)),
+        }
         println!("token          {}", lease.token());
         if resources.len() > 1 {
             println!(
