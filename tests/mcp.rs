@@ -1467,3 +1467,132 @@ async fn resource_and_resources_are_exactly_one_of_two_and_a_bad_set_names_the_f
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_released_and_kept_alive() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
+        let client = &server.client;
+        let mut tokens = Vec::new();
+        let mut slots = Vec::new();
+        for owner in ["agent-1", "agent-2"] {
+            let granted = ok(
+                client,
+                "acquire_lock",
+                json!({"resource": "api:search", "permits": 2, "ttl_ms": 30000, "owner": owner}),
+            )
+            .await;
+            assert_eq!(granted["acquired"], json!(true), "{granted}");
+            assert_eq!(granted["permits"], json!(2));
+            let slot = u64_of(&granted, "permit");
+            let token = str_of(&granted, "token").to_string();
+            assert!(token.ends_with(&format!("-{slot}")), "{token}");
+            slots.push(slot);
+            tokens.push(token);
+        }
+        slots.sort_unstable();
+        assert_eq!(slots, [0, 1]);
+
+        // Every permit is taken: the next caller is refused, the semaphore named.
+        let denied = call(
+            client,
+            "acquire_lock",
+            json!({"resource": "api:search", "permits": 2, "owner": "agent-3"}),
+        )
+        .await;
+        assert_eq!(denied.is_error, Some(false), "{}", text(&denied));
+        let summary = text(&denied);
+        assert!(
+            summary.contains("permits of semaphore `api:search` is taken"),
+            "{summary}"
+        );
+        let denied = denied.structured_content.expect("structured");
+        assert_eq!(denied["acquired"], json!(false));
+        assert!(denied.get("token").is_none(), "{denied}");
+        assert!(denied["holder"]["owner"].is_string(), "{denied}");
+
+        let status = ok(client, "lock_status", json!({"resource": "api:search"})).await;
+        assert_eq!(status["semaphore"]["permits"], json!(2), "{status}");
+        let mut owners: Vec<&str> = status["semaphore"]["holders"]
+            .as_array()
+            .expect("holders")
+            .iter()
+            .map(|h| h["owner"].as_str().expect("owner"))
+            .collect();
+        owners.sort_unstable();
+        assert_eq!(owners, ["agent-1", "agent-2"]);
+        let plain = ok(client, "lock_status", json!({"resource": "not:a:semaphore"})).await;
+        assert!(plain.get("semaphore").is_none(), "{plain}");
+
+        // Another count is refused naming `permits`; so is `permits` with `resources`.
+        let differs = tool_error(
+            client,
+            "acquire_lock",
+            json!({"resource": "api:search", "permits": 3}),
+        )
+        .await;
+        assert!(
+            differs.contains("`permits`") && differs.contains("2 permits"),
+            "{differs}"
+        );
+        let with_set = tool_error(
+            client,
+            "acquire_lock",
+            json!({"resources": ["a", "b"], "permits": 2}),
+        )
+        .await;
+        assert!(with_set.contains("`permits`"), "{with_set}");
+
+        // The permit's token extends and releases it; then one permit is free again.
+        let extended = ok(
+            client,
+            "extend_lock",
+            json!({"resource": "api:search", "token": tokens[0], "ttl_ms": 20000}),
+        )
+        .await;
+        assert_eq!(extended["extended"], json!(true));
+        let released = release(client, "api:search", &tokens[0]).await;
+        assert_eq!(released["released"], json!(true));
+        let status = ok(client, "lock_status", json!({"resource": "api:search"})).await;
+        assert_eq!(
+            status["semaphore"]["holders"].as_array().map(Vec::len),
+            Some(1),
+            "{status}"
+        );
+
+        // A keepalive permit survives several TTLs, then its token releases it.
+        let ttl_ms = 400;
+        let kept = ok(
+            client,
+            "acquire_lock",
+            json!({"resource": "api:search", "permits": 2, "ttl_ms": ttl_ms, "keepalive": true, "owner": "agent-4"}),
+        )
+        .await;
+        assert_eq!(kept["keepalive"], json!(true));
+        let slot = u64_of(&kept, "permit");
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(4 * ttl_ms) {
+            let status = ok(client, "lock_status", json!({"resource": "api:search"})).await;
+            let holders = status["semaphore"]["holders"].as_array().expect("holders");
+            assert!(
+                holders
+                    .iter()
+                    .any(|h| h["permit"] == json!(slot) && h["owner"] == json!("agent-4")),
+                "lost after {:?}: {status}",
+                started.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let released = release(client, "api:search", str_of(&kept, "token")).await;
+        assert_eq!(released["released"], json!(true));
+        let status = ok(client, "lock_status", json!({"resource": "api:search"})).await;
+        assert_eq!(
+            status["semaphore"]["holders"].as_array().map(Vec::len),
+            Some(1),
+            "{status}"
+        );
+        server.close().await;
+    })
+    .await;
+}

@@ -12,7 +12,7 @@ use serde::de::DeserializeOwned;
 use super::reply::ToolError;
 use super::{Limits, MAX_WAIT};
 use crate::validate_resource;
-use crate::{Error, MAX_LIST_LIMIT, MAX_SET_RESOURCES};
+use crate::{Error, MAX_LIST_LIMIT, MAX_PERMITS, MAX_SET_RESOURCES};
 
 /// Longest token accepted before the engine sees it (tokens are 32 hex digits).
 const MAX_TOKEN_BYTES: usize = 64;
@@ -39,8 +39,7 @@ pub fn resource(name: &str) -> Result<(), ToolError> {
 
 /// What `acquire_lock`, `release_lock` and `extend_lock` act on: one resource (`resource`),
 /// or several taken all or nothing (`resources`). The caller names it with exactly one of the
-/// two; another kind of target later (a semaphore's permits, say) would be one more field of
-/// which exactly one is given.
+/// two; `acquire_lock` may add `permits` to a `resource`, which then names a semaphore.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
     /// The names: the one resource, or the set sorted into the engine's canonical order.
@@ -117,6 +116,24 @@ fn set(mut names: Vec<String>) -> Result<Target, ToolError> {
         )));
     }
     Ok(Target { names, set: true })
+}
+
+/// Checks `permits` of `acquire_lock`: 1 to [`MAX_PERMITS`], and only with `resource`.
+pub fn permits(permits: Option<i64>, target: &Target) -> Result<Option<u32>, ToolError> {
+    let Some(permits) = permits else {
+        return Ok(None);
+    };
+    if target.set {
+        return Err(ToolError::invalid_arguments(
+            "invalid argument `permits`: takes one permit of one semaphore; pass it with `resource` (the semaphore's name), not with `resources`",
+        ));
+    }
+    match u32::try_from(permits) {
+        Ok(count) if (1..=MAX_PERMITS).contains(&count) => Ok(Some(count)),
+        _ => Err(ToolError::invalid_arguments(format!(
+            "invalid argument `permits`: {permits} is outside 1 to {MAX_PERMITS}; pass the semaphore's permit count, the same as every other caller"
+        ))),
+    }
 }
 
 /// Checks a token's shape before it travels anywhere.
@@ -264,6 +281,34 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn permits_are_one_to_128_and_only_with_one_resource() {
+        let one = target(Some("api".into()), None).expect("one");
+        assert_eq!(permits(None, &one).ok(), Some(None));
+        assert_eq!(permits(Some(3), &one).ok(), Some(Some(3)));
+        assert_eq!(permits(Some(128), &one).ok(), Some(Some(128)));
+        for bad in [0, -1, 129, i64::MAX] {
+            let message = permits(Some(bad), &one)
+                .err()
+                .map(|e| e.message().to_string())
+                .unwrap_or_default();
+            assert!(
+                message.contains("`permits`") && message.contains("1 to 128"),
+                "{bad}: {message}"
+            );
+        }
+        let set = target(None, Some(vec!["a".into(), "b".into()])).expect("set");
+        let message = permits(Some(2), &set)
+            .err()
+            .map(|e| e.message().to_string())
+            .unwrap_or_default();
+        assert!(
+            message.contains("`permits`") && message.contains("`resources`"),
+            "{message}"
+        );
+        assert!(decode_error(json!({"resource": "a", "permits": "2"})).contains("`permits`"));
     }
 
     #[test]

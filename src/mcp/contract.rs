@@ -50,6 +50,15 @@ pub struct AcquireLockArgs {
     #[serde(default)]
     #[schemars(length(min = 1, max = 64))]
     pub resources: Option<Vec<String>>,
+    /// Take one permit of a semaphore instead of a lock: `resource` then names a semaphore of
+    /// this many permits, which at most this many holders hold at once (e.g. "at most 4 agents
+    /// call this API at once"). 1 to 128. Every caller of the same semaphore must pass the
+    /// same count; another count is refused naming `permits`. Only with `resource`, not with
+    /// `resources`. The reply's `permit` says which permit you got; release and extend it with
+    /// its `token`, like a lock.
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 128))]
+    pub permits: Option<i64>,
     /// How long the lock lives, in milliseconds, unless you extend or release it first (or
     /// set keepalive). Must lie within the server's bounds (by default 5000 to 3600000).
     #[serde(default = "default_ttl_ms")]
@@ -147,8 +156,15 @@ pub struct AcquireLockResult {
     /// acquired is true you hold all of them under the one token; when false, none of them.
     pub resources: Vec<String>,
     /// Secret proof of ownership: pass it to `release_lock` and `extend_lock`. Do not share it.
+    /// For a permit it names the permit too: pass it unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// With `permits`: the permit you hold, from 0 to permits − 1 (present when acquired).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permit: Option<u32>,
+    /// With `permits`: the semaphore's permit count you asked with.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// Grows with every new holder of this resource. Pass it with every write to the protected
     /// resource, which must reject writes carrying a smaller number than one it has seen. With
     /// `resources` it is one number for the whole set: pass it with writes to each of them.
@@ -170,7 +186,8 @@ pub struct AcquireLockResult {
     /// stopped the set (you were granted none of them); absent when the groups did not say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_resource: Option<String>,
-    /// Who holds the lock when you did not get it.
+    /// Who holds the lock when you did not get it; with `permits`, the holder of the permit
+    /// that expires first (every permit is taken).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub holder: Option<HolderView>,
     /// When you did not get it: milliseconds after which the current lease runs out unless
@@ -273,7 +290,14 @@ pub struct LockStatusResult {
     /// your own session shows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub keepalive: Option<KeepaliveView>,
+    /// Present when `resource` is a semaphore in use: its permit count, and who holds which
+    /// permit (`permit`, `owner`, `purpose`, `remaining_ms`, `fencing_token`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semaphore: Option<SemaphoreView>,
 }
+
+/// A semaphore's permits and holders: the engine's own type.
+pub use crate::SemaphoreStatus as SemaphoreView;
 
 /// One group's view of one lock: the engine's own type.
 pub use crate::GroupView as GroupStateView;

@@ -12,6 +12,7 @@ use rmcp::{RoleServer, tool, tool_router};
 use schemars::JsonSchema;
 
 use crate::engine::clock::millis;
+use crate::engine::resource::parse_permit_handle;
 use crate::{Admission, GroupLockState};
 
 use super::arguments::{self, Target, decode};
@@ -33,6 +34,7 @@ When one piece of work changes several resources (an edit that touches several f
 If acquired is true: pass fencing_token with every write to the protected resource (with resources: to each of them; storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done, naming the same resource or resources. \
 For work longer than one TTL set keepalive: true, and this server renews the lease until you release it or your session ends. \
 If acquired is false, someone else holds it (see holder, and held_resource for which one of your resources): that is a normal answer, not an error, and you hold none of them; do other work and retry after retry_after_ms. \
+To let at most N agents do something at once (at most N agents call this API at once, say) rather than one, pass permits: N with resource: the resource then names a semaphore of N permits and you take one of them; every caller must pass the same N (another count is refused naming permits). The reply says which permit you hold (permit) and its token, which release_lock and extend_lock take unchanged with the same resource; keepalive works the same. acquired: false then means all N permits are taken (holder is the one that frees first). \
 A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health. \
 Keepalive leases are capped per session and per server: beyond a cap the call is a tool error naming the limit, and it leaves no lock behind.";
 
@@ -47,6 +49,7 @@ Not needed for keepalive leases.";
 
 const LOCK_STATUS: &str = "Look at one lock without changing it: whether it is held, by whom (owner, purpose), for how much longer, its fencing token, and each Redis group's view. \
 Advisory only: the answer may be stale a moment later, so never use it in place of acquire_lock. \
+When the resource is a semaphore in use, semaphore shows its permit count and who holds which permit. \
 If this server keeps a keepalive lease on the resource, keepalive.state says whether it is still renewing or was lost (then stop writing and acquire again). \
 Only a keepalive lease of your own session is shown.";
 
@@ -161,6 +164,7 @@ impl LockServer {
         let args: AcquireLockArgs = decode(arguments)?;
         let shared = self.shared();
         let target = arguments::target(args.resource, args.resources)?;
+        let permits = arguments::permits(args.permits, &target)?;
         let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
         let wait = shared.limits.wait("wait_ms", args.wait_ms)?;
         let session = match args.keepalive {
@@ -193,7 +197,11 @@ impl LockServer {
         let (locks, request) = (shared.locks.clone(), target.clone());
         let started = Instant::now();
         let attempt = tokio::spawn(async move {
-            if request.set {
+            if let Some(permits) = permits {
+                locks
+                    .acquire_permit_with(request.first(), permits, &options)
+                    .await
+            } else if request.set {
                 locks.acquire_all_with(&request.names, &options).await
             } else {
                 locks.acquire_with(request.first(), &options).await
@@ -213,6 +221,7 @@ impl LockServer {
                 shared.metrics.votes(&votes);
                 return held_reply(
                     target,
+                    permits,
                     resource,
                     holder,
                     shared.locks.topology().retry_delay_ms,
@@ -224,12 +233,17 @@ impl LockServer {
         shared.metrics.votes(lease.votes());
         let quorum = QuorumReport::from_votes(lease.votes(), shared.locks.quorum());
         let validity_ms = millis(lease.validity());
+        // A permit's token ends in its slot.
+        let permit = permits.and_then(|_| Some(parse_permit_handle(lease.token())?.1));
         let summary = format!(
             "acquired {}: fencing token {}{}, valid for {validity_ms} ms, {} of {} groups granted ({} needed){}",
-            if target.names.len() > 1 {
-                format!("{} together", target.label())
-            } else {
-                target.label()
+            match (permit, permits) {
+                (Some(slot), Some(count)) => format!(
+                    "permit {slot} of semaphore {} ({count} permits; release it with its token)",
+                    target.label()
+                ),
+                _ if target.names.len() > 1 => format!("{} together", target.label()),
+                _ => target.label(),
             },
             lease.fencing_token(),
             if target.names.len() > 1 {
@@ -251,6 +265,8 @@ impl LockServer {
             resource: lease.resource().to_string(),
             resources: lease.resources().to_vec(),
             token: Some(lease.token().to_string()),
+            permit,
+            permits,
             fencing_token: Some(lease.fencing_token()),
             validity_ms: Some(validity_ms),
             expires_at: Some(rfc3339(lease.expires_at())),
@@ -405,11 +421,14 @@ impl LockServer {
         let args: LockStatusArgs = decode(arguments)?;
         arguments::resource(&args.resource)?;
         let shared = self.shared();
-        let status = shared
-            .locks
-            .status(&args.resource)
-            .await
-            .map_err(|error| self.failure(error))?;
+        let (status, semaphore) = tokio::join!(
+            shared.locks.status(&args.resource),
+            shared.locks.semaphore_status(&args.resource)
+        );
+        let status = status.map_err(|error| self.failure(error))?;
+        // The name is a semaphore in use when a majority keeps a permit count for it.
+        let semaphore = Some(semaphore.map_err(|error| self.failure(error))?)
+            .filter(|semaphore| semaphore.permits.is_some());
         for group in status
             .groups
             .iter()
@@ -444,6 +463,33 @@ impl LockServer {
             ),
             _ => format!("`{}` is free", status.resource),
         };
+        if let Some(semaphore) = &semaphore {
+            summary.push_str(&format!(
+                "; semaphore of {} permits, {} held{}",
+                semaphore.permits.unwrap_or_default(),
+                semaphore.holders.len(),
+                if semaphore.holders.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({})",
+                        semaphore
+                            .holders
+                            .iter()
+                            .map(|h| format!(
+                                "permit {} by {}",
+                                h.permit,
+                                describe_holder(
+                                    h.holder.owner.as_deref(),
+                                    h.holder.purpose.as_deref()
+                                )
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ));
+        }
         if let Some(keepalive) = &keepalive {
             summary.push_str(&format!(
                 "; this server's keepalive lease: {}",
@@ -462,6 +508,7 @@ impl LockServer {
             holders: status.holders,
             split: status.split,
             keepalive,
+            semaphore,
         };
         Reply::new(summary, &result)
     }
@@ -588,6 +635,7 @@ fn describe_holder(owner: Option<&str>, purpose: Option<&str>) -> String {
 /// for a set, which of its resources is held (`held`, as the engine named it).
 fn held_reply(
     target: Target,
+    permits: Option<u32>,
     held: String,
     holder: Option<crate::Holder>,
     retry_delay_ms: u64,
@@ -602,6 +650,9 @@ fn held_reply(
     // whole set, and so does the summary.
     let held_resource = target.names.contains(&held).then_some(held);
     let what = match (&held_resource, target.names.len()) {
+        (Some(held), 1) if let Some(count) = permits => format!(
+            "every one of the {count} permits of semaphore `{held}` is taken; the first to free"
+        ),
         (Some(held), 1) => format!("`{held}` is"),
         (Some(held), count) => format!("`{held}`, one of the {count} resources you asked for, is"),
         (None, _) => format!("one of {} is", target.label()),
@@ -619,6 +670,8 @@ fn held_reply(
         resource: target.first().to_string(),
         resources: target.names,
         token: None,
+        permit: None,
+        permits,
         fencing_token: None,
         validity_ms: None,
         expires_at: None,
@@ -698,8 +751,13 @@ mod tests {
             purpose: None,
             remaining_ms: 900,
         };
-        let (summary, result) =
-            structured(held_reply(target.clone(), "b".into(), Some(holder), 50));
+        let (summary, result) = structured(held_reply(
+            target.clone(),
+            None,
+            "b".into(),
+            Some(holder),
+            50,
+        ));
         assert_eq!(result["acquired"], serde_json::json!(false));
         assert_eq!(result["resource"], serde_json::json!("a"));
         assert_eq!(result["resources"], serde_json::json!(["a", "b", "c"]));
@@ -710,9 +768,70 @@ mod tests {
             "{summary}"
         );
         // When the groups did not say which member is held, the whole set is named.
-        let (summary, result) = structured(held_reply(target, "a, b, c".into(), None, 50));
+        let (summary, result) = structured(held_reply(target, None, "a, b, c".into(), None, 50));
         assert!(result.get("held_resource").is_none(), "{result}");
         assert!(summary.contains("one of `a`, `b`, `c`"), "{summary}");
+    }
+
+    #[test]
+    fn acquire_lock_takes_permits_and_lock_status_shows_a_semaphore() {
+        let tools = LockServer::tool_router().list_all();
+        let tool = |name: &str| {
+            tools
+                .iter()
+                .find(|tool| tool.name == name)
+                .cloned()
+                .expect("tool")
+        };
+        let acquire = tool("acquire_lock");
+        let permits = &acquire.input_schema["properties"]["permits"];
+        assert_eq!(permits["minimum"], serde_json::json!(1), "{permits}");
+        assert_eq!(permits["maximum"], serde_json::json!(128), "{permits}");
+        let description = acquire.description.as_deref().unwrap_or_default();
+        assert!(
+            description.contains("at most N agents call this API at once")
+                && description.contains("same N"),
+            "{description}"
+        );
+        let output = acquire.output_schema.as_ref().expect("output schema");
+        for field in ["permit", "permits", "token"] {
+            assert!(
+                output["properties"].get(field).is_some(),
+                "acquire_lock output lacks {field}"
+            );
+        }
+        let status = tool("lock_status");
+        let output = serde_json::Value::Object((*status.output_schema.expect("schema")).clone());
+        let text = output.to_string();
+        assert!(output["properties"].get("semaphore").is_some(), "{text}");
+        for field in [
+            "\"permits\"",
+            "\"holders\"",
+            "\"permit\"",
+            "\"remaining_ms\"",
+        ] {
+            assert!(text.contains(field), "lock_status schema lacks {field}");
+        }
+    }
+
+    #[test]
+    fn a_denied_permit_says_every_permit_is_taken() {
+        let target = arguments::target(Some("api".into()), None).expect("target");
+        let holder = crate::Holder {
+            owner: Some("agent-1".into()),
+            purpose: None,
+            remaining_ms: 700,
+        };
+        let (summary, result) =
+            structured(held_reply(target, Some(2), "api".into(), Some(holder), 50));
+        assert_eq!(result["acquired"], serde_json::json!(false));
+        assert_eq!(result["permits"], serde_json::json!(2));
+        assert_eq!(result["held_resource"], serde_json::json!("api"));
+        assert!(
+            summary.contains("2 permits of semaphore `api` is taken")
+                && summary.contains("agent-1"),
+            "{summary}"
+        );
     }
 
     #[test]
