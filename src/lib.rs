@@ -68,7 +68,7 @@ pub use engine::protocol;
 pub use engine::resource::{
     MAX_LABEL_BYTES, MAX_PERMITS, MAX_RESOURCE_BYTES, MAX_SET_RESOURCES, validate_resource,
 };
-pub use engine::semaphore::{PermitHolder, SemaphoreStatus};
 pub use engine::scoped::LeaseScope;
+pub use engine::semaphore::{PermitHolder, SemaphoreStatus};
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;
