@@ -1,6 +1,7 @@
-//! The engine benchmark behind `quorumlock bench`: acquire latency, lock+release cycles per
-//! second at several concurrencies on distinct resources, and contended acquisitions per
-//! second on one resource with an overlap check.
+//! The engine benchmark behind `quorumlock bench`: acquire latency, acquire+release cycles of
+//! sets of resources beside the single lock (with the script calls each costs a group),
+//! lock+release cycles per second at several concurrencies on distinct resources, and
+//! contended acquisitions per second on one resource with an overlap check.
 
 #[cfg(feature = "mcp-bench")]
 pub mod mcp;
@@ -15,14 +16,18 @@ use serde::Serialize;
 use crate::Acquire;
 use crate::Error;
 use crate::Locks;
-use crate::MAX_LABEL_BYTES;
 use crate::chaos::checker::{Checker, Hold};
+use crate::group::reply::Reply;
+use crate::{MAX_LABEL_BYTES, MAX_SET_RESOURCES};
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// Sequential acquire+release cycles measured for the latency figures.
     pub samples: usize,
+    /// Sizes of the sets whose acquire+release cycles are measured beside the single lock's
+    /// (`samples` cycles each; empty skips the phase).
+    pub set_sizes: Vec<usize>,
     /// Concurrencies for the throughput phase (each task on its own resource).
     pub concurrency: Vec<usize>,
     /// Length of each throughput and contention phase.
@@ -58,7 +63,12 @@ impl BenchOptions {
 
     /// An acquire with the benchmark's TTL and payload.
     fn acquire(&self, locks: &Locks, resource: &str) -> Acquire {
-        let mut acquire = locks.acquire(resource).ttl(self.ttl);
+        self.dress(locks.acquire(resource))
+    }
+
+    /// Gives `acquire` (of one resource or of a set) the benchmark's TTL and payload.
+    fn dress(&self, acquire: Acquire) -> Acquire {
+        let mut acquire = acquire.ttl(self.ttl);
         if let Some(owner) = &self.owner {
             acquire = acquire.owner(owner.as_str());
         }
@@ -73,6 +83,7 @@ impl Default for BenchOptions {
     fn default() -> Self {
         BenchOptions {
             samples: 2000,
+            set_sizes: vec![1, 4, 16],
             concurrency: vec![1, 64],
             phase: Duration::from_secs(3),
             contenders: 16,
@@ -93,6 +104,22 @@ pub struct Latency {
     pub p99_ms: f64,
     pub p999_ms: f64,
     pub max_ms: f64,
+}
+
+/// Acquire+release cycles of one caller, on a single lock or on a set of resources.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetCycles {
+    /// Resources in the set (taken with `Locks::acquire_all`); `None` for the single lock
+    /// (`Locks::acquire`) measured beside the sets.
+    pub set_size: Option<usize>,
+    /// One acquire+release cycle.
+    pub cycle: Latency,
+    /// Cycles per second of one caller (the inverse of the mean cycle).
+    pub cycles_per_sec: f64,
+    /// Script calls (EVALSHA and EVAL) the first group's master ran per cycle, counted with
+    /// INFO commandstats around extra cycles: one acquire and one release, whatever the size
+    /// of the set. Other clients of the topology add theirs; `None` when INFO failed.
+    pub script_calls_per_cycle: Option<f64>,
 }
 
 /// Cycles per second at one concurrency.
@@ -122,6 +149,10 @@ pub struct BenchReport {
     pub groups: usize,
     pub acquire: Latency,
     pub release: Latency,
+    /// The single lock first, then each set size.
+    pub sets: Vec<SetCycles>,
+    /// The group whose master's script calls [`SetCycles::script_calls_per_cycle`] counts.
+    pub counted_group: Option<String>,
     pub throughput: Vec<Throughput>,
     pub contention: Contention,
 }
@@ -155,9 +186,25 @@ pub async fn run(
     options: &BenchOptions,
     progress: impl Fn(&str),
 ) -> Result<BenchReport, Error> {
+    if let Some(&size) = options
+        .set_sizes
+        .iter()
+        .find(|&&size| size == 0 || size > MAX_SET_RESOURCES)
+    {
+        return Err(Error::invalid(
+            "set_sizes",
+            format!("{size} is outside 1..={MAX_SET_RESOURCES}"),
+        ));
+    }
     let run_id = uuid::Uuid::new_v4().simple().to_string();
     progress("sequential acquire latency");
     let (acquire, release) = sequential(locks, options, &format!("bench:{run_id}:seq")).await?;
+    let sets = if options.set_sizes.is_empty() {
+        Vec::new()
+    } else {
+        progress("acquire+release of sets beside the single lock");
+        set_cycles(locks, options, &format!("bench:{run_id}:set")).await?
+    };
     let mut throughput = Vec::new();
     for &concurrency in &options.concurrency {
         progress(&format!("cycles/s at concurrency {concurrency}"));
@@ -180,6 +227,12 @@ pub async fn run(
         groups: locks.topology().groups.len(),
         acquire,
         release,
+        sets,
+        counted_group: locks
+            .topology()
+            .groups
+            .first()
+            .map(|group| group.name.clone()),
         throughput,
         contention,
     })
@@ -200,6 +253,91 @@ async fn sequential(
         released.saturating_record(micros(started.elapsed()));
     }
     Ok((latency(&acquired), latency(&released)))
+}
+
+/// Cycles counted with INFO commandstats for [`SetCycles::script_calls_per_cycle`].
+const COUNTED_CYCLES: u32 = 20;
+
+/// The single lock and each set size, one cycle of each in turn, so that the noise of a
+/// shared machine falls on every row alike; then the script calls of each.
+async fn set_cycles(
+    locks: &Locks,
+    options: &BenchOptions,
+    prefix: &str,
+) -> Result<Vec<SetCycles>, Error> {
+    let sizes: Vec<Option<usize>> = std::iter::once(None)
+        .chain(options.set_sizes.iter().copied().map(Some))
+        .collect();
+    let resources: Vec<Vec<String>> = sizes
+        .iter()
+        .enumerate()
+        .map(|(row, size)| {
+            (0..size.unwrap_or(1))
+                .map(|member| format!("{prefix}:{row}:{member}"))
+                .collect()
+        })
+        .collect();
+    let mut histograms = vec![histogram(); sizes.len()];
+    let mut spent = vec![Duration::ZERO; sizes.len()];
+    for _ in 0..options.samples {
+        for (row, size) in sizes.iter().enumerate() {
+            let took = cycle(locks, options, *size, &resources[row]).await?;
+            histograms[row].saturating_record(micros(took));
+            spent[row] += took;
+        }
+    }
+    let mut rows = Vec::with_capacity(sizes.len());
+    for (row, size) in sizes.iter().enumerate() {
+        let before = script_calls(locks).await;
+        for _ in 0..COUNTED_CYCLES {
+            cycle(locks, options, *size, &resources[row]).await?;
+        }
+        let after = script_calls(locks).await;
+        rows.push(SetCycles {
+            set_size: *size,
+            cycle: latency(&histograms[row]),
+            cycles_per_sec: options.samples as f64 / spent[row].as_secs_f64().max(f64::EPSILON),
+            script_calls_per_cycle: before.zip(after).map(|(before, after)| {
+                after.saturating_sub(before) as f64 / f64::from(COUNTED_CYCLES)
+            }),
+        });
+    }
+    Ok(rows)
+}
+
+/// One acquire+release of the single lock (`size` None) or of the set `resources`.
+async fn cycle(
+    locks: &Locks,
+    options: &BenchOptions,
+    size: Option<usize>,
+    resources: &[String],
+) -> Result<Duration, Error> {
+    let started = Instant::now();
+    let acquire = match size {
+        None => locks.acquire(&resources[0]),
+        Some(_) => locks.acquire_all(resources),
+    };
+    options.dress(acquire).await?.release().await?;
+    Ok(started.elapsed())
+}
+
+/// EVALSHA and EVAL calls the first group's master has run, once every lock call handed to
+/// the group has been answered (a vote is decided without waiting for every group).
+async fn script_calls(locks: &Locks) -> Option<u64> {
+    let group = locks.engine.groups.first()?;
+    group.settle().await;
+    let Reply::Answer(stats) = group.info(fred::types::InfoKind::CommandStats).await else {
+        return None;
+    };
+    let calls = |command: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{command}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|calls| calls.parse().ok())
+            .unwrap_or(0)
+    };
+    Some(calls("evalsha") + calls("eval"))
 }
 
 async fn cycles(
@@ -308,6 +446,40 @@ impl BenchReport {
         ));
         out.push_str(&row("acquire", &self.acquire));
         out.push_str(&row("release", &self.release));
+        if let Some(lock) = self.sets.first() {
+            let group = self.counted_group.as_deref().unwrap_or("the first group");
+            out.push_str(&format!(
+                "\n{:<10} {:>8} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9}\n",
+                "cycle",
+                "samples",
+                "p50 ms",
+                "p99 ms",
+                "p50/lock",
+                "p99/lock",
+                "cycles/s",
+                "scripts"
+            ));
+            for set in &self.sets {
+                let name = set
+                    .set_size
+                    .map_or_else(|| "lock".to_string(), |size| format!("set of {size}"));
+                let calls = set
+                    .script_calls_per_cycle
+                    .map_or_else(|| "-".to_string(), |calls| format!("{calls:.2}"));
+                out.push_str(&format!(
+                    "{name:<10} {:>8} {:>9.3} {:>9.3} {:>9.2} {:>9.2} {:>10.0} {calls:>9}\n",
+                    set.cycle.samples,
+                    set.cycle.p50_ms,
+                    set.cycle.p99_ms,
+                    set.cycle.p50_ms / lock.cycle.p50_ms,
+                    set.cycle.p99_ms / lock.cycle.p99_ms,
+                    set.cycles_per_sec,
+                ));
+            }
+            out.push_str(&format!(
+                "(acquire+release by one caller, the rows in turn; scripts: EVALSHA/EVAL calls on {group}'s master per cycle)\n"
+            ));
+        }
         out.push_str(&format!(
             "\n{:<12} {:>10} {:>12} {:>8}\n",
             "concurrency", "cycles", "cycles/s", "errors"

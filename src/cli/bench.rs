@@ -18,6 +18,10 @@ pub struct BenchArgs {
     /// Sequential acquire+release cycles for the latency percentiles.
     #[arg(long, default_value_t = 2000)]
     samples: usize,
+    /// Sizes of the sets (`acquire_all`) whose acquire+release cycles are measured beside the
+    /// single lock's, `--samples` cycles each, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    set_sizes: Vec<usize>,
     /// Concurrencies of the throughput phase, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     concurrency: Vec<usize>,
@@ -35,6 +39,7 @@ pub struct BenchArgs {
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
     let options = BenchOptions {
         samples: args.samples,
+        set_sizes: args.set_sizes.clone(),
         concurrency: args.concurrency.clone(),
         phase: Duration::from_secs(args.phase_secs),
         contenders: args.contenders,
