@@ -86,6 +86,11 @@ impl Pol {
             write_window: tick(policy.write_window_ms),
         }
     }
+
+    /// Each field the larger of the two, as admit.lua raises a policy (`Policy::merge`).
+    pub fn merge(self, other: Pol) -> Pol {
+        Pol::from_policy(self.policy().merge(other.policy()))
+    }
 }
 
 fn tick(ms: u64) -> Tick {
@@ -136,11 +141,23 @@ pub struct Config {
     /// A raise counts only once the replica has it (`WAIT` after admit.lua). Otherwise the
     /// replica may lag from the raise on, until `Action::Replicate`.
     pub raise_replicated: bool,
-    /// A raise also admits the master's current history at once, as lua/admit.lua does
-    /// (`vote_from = now + delay`, delay 0); otherwise it leaves the marker alone.
+    /// A raise on a master whose marker is not its current history's (a promoted replica no
+    /// acquire has met yet) admits that history at once, as lua/admit.lua does with delay 0
+    /// (`vote_from = now`, no `since`). Otherwise the raise leaves such a marker alone (an
+    /// operator who raises only masters already admitted). On a master whose marker is its
+    /// current history's, a raise is admit.lua either way: `vote_from = max(now, vote_from)`,
+    /// `since` kept.
     pub raise_admits: bool,
+    /// After a promotion that lost a raise, the operator applies the raise again to every
+    /// master, before the promoted master's quarantine under the lost policy ends
+    /// (`Action::Reapply`; time does not pass a tick at which it would vote first).
+    pub raise_reapplied: bool,
     // The mechanisms; each broken variant turns one off.
     pub quarantine: Quarantine,
+    /// The marker's `since` (lua/admission.lua): a quarantine runs from when the master met
+    /// its history under the policy in force now, so a raise during it (or after it) lengthens
+    /// it. Without it (the old rule) the quarantine is fixed when it starts.
+    pub raise_lengthens: bool,
     pub fence_check: FenceCheck,
     pub rollback: bool,
     /// Answers with a policy an adoption needs: `Majority::of(groups).needed` in the design.
@@ -175,7 +192,9 @@ impl Config {
             raises: 0,
             raise_replicated: false,
             raise_admits: true,
+            raise_reapplied: false,
             quarantine: Quarantine::Policy,
+            raise_lengthens: true,
             fence_check: FenceCheck::Below,
             rollback: true,
             adopt_needed: Majority::of(3).needed,
@@ -207,6 +226,25 @@ impl Config {
         }
     }
 
+    /// Whether admission.lua and adopt.lua write `since`: the design's quarantine, counted
+    /// from the master's policy, with the rule on. (The old client-supplied quarantine had no
+    /// policy to count from.)
+    fn writes_since(&self) -> bool {
+        self.raise_lengthens && self.quarantine != Quarantine::ClientMaxTtl
+    }
+
+    /// When a master with `marker` (of its current history) votes under `policy`
+    /// (lua/admission.lua): from `vote_from`, and with `since`, not before the quarantine of
+    /// the policy in force now, counted from `since`.
+    fn votes_from(&self, marker: Marker, policy: Option<Pol>) -> Tick {
+        match (marker.since, policy) {
+            (Some(since), Some(pol)) if self.raise_lengthens => marker
+                .vote_from
+                .max(since.saturating_add(self.quarantine_of(pol))),
+            _ => marker.vote_from,
+        }
+    }
+
     fn data_faults(&self) -> bool {
         self.promotions || self.restarts || self.early_expiry
     }
@@ -235,7 +273,24 @@ pub struct Data {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Marker {
     pub history: u8,
+    /// When the master met this history (admission.lua, adopt.lua); none after an operator
+    /// admitted a history the master had not met (admit.lua), and none once no policy a
+    /// raise can still bring makes it matter (the canonical form).
+    pub since: Option<Tick>,
+    /// 0 once past, or once `since` decides alone (the canonical form).
     pub vote_from: Tick,
+}
+
+impl Marker {
+    /// A master that votes, by every rule, at any policy: what bootstrap and a quarantine
+    /// that ended leave.
+    pub const fn voting(history: u8) -> Marker {
+        Marker {
+            history,
+            since: None,
+            vote_from: 0,
+        }
+    }
 }
 
 /// One group's master.
@@ -248,6 +303,9 @@ pub struct Master {
     pub marker: Option<Marker>,
     /// `master_replid`: changes on promotion and on an empty restart.
     pub history: u8,
+    /// Its promotion lost a raise, which the operator has not applied again yet
+    /// (`raise_reapplied`).
+    pub lost_raise: bool,
 }
 
 /// A request on its way from a client to a group.
@@ -499,6 +557,9 @@ pub struct Ghost {
     pub extended: bool,
     pub rolled_back: bool,
     pub above_policy: bool,
+    /// A raise moved a master's first vote later: a quarantine lengthened, or a master that
+    /// voted put back out.
+    pub lengthened: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -552,8 +613,12 @@ pub enum Action {
     /// The master's clock jumps: a live lock expires early.
     ExpireEarly(usize),
     /// An operator raises the master's policy (`Locks::admit`, lua/admit.lua, delay 0): the
-    /// policy grows (and with `raise_admits`, the master's current history votes from now).
+    /// policy grows; a quarantine in progress keeps its `since`, so the larger policy
+    /// lengthens it (and with `raise_admits`, a history the master had not met votes now).
     Raise(usize),
+    /// The operator applies the raise again to every master after a promotion lost it
+    /// (`raise_reapplied`): admit.lua, as `Raise`, on each.
+    Reapply,
 }
 
 pub struct LockModel {
@@ -593,12 +658,33 @@ impl LockModel {
         }
         // Whether a master may still change its history (promotion, restart).
         let changeable = (self.cfg.promotions || self.cfg.restarts) && s.faults_left > 0;
+        // Whether an operator's raise may still come (a raise, or a raise applied again).
+        let raisable = s.raises_left > 0 || s.masters.iter().any(|m| m.lost_raise);
         for m in s.masters.iter_mut().take(self.cfg.groups) {
             m.data.lock = live(m.data.lock, now);
-            if let Some(marker) = m.marker.as_mut()
-                && marker.vote_from <= now
-            {
+            let Some(marker) = m.marker.as_mut() else {
+                continue;
+            };
+            if marker.vote_from <= now {
                 marker.vote_from = 0;
+            }
+            if let Some(since) = marker.since {
+                // The largest policy this master may still come to hold: only a raise grows
+                // it under the same history (a promotion or restart writes a new marker).
+                let reach = match (m.data.policy, self.cfg.raise_to) {
+                    (Some(pol), Some(to)) if raisable => Some(pol.merge(to)),
+                    (pol, _) => pol,
+                };
+                let longest = reach.map_or(0, |pol| self.cfg.quarantine_of(pol));
+                if since.saturating_add(longest) <= now {
+                    // No policy it may come to hold keeps it out any more.
+                    marker.since = None;
+                } else if let Some(pol) = m.data.policy
+                    && marker.vote_from <= since.saturating_add(self.cfg.quarantine_of(pol))
+                {
+                    // `since` decides alone, now and under any larger policy.
+                    marker.vote_from = 0;
+                }
             }
         }
         // A release that can delete nothing, now or later: the lock is not its token's, no
@@ -615,9 +701,7 @@ impl LockModel {
             // A late acquire or extend (its client no longer waits for the answer) that can
             // change nothing, now or later: the master keeps its history and marker (no fault
             // can change them any more) and the script would refuse without a write.
-            let settled = !changeable
-                && m.marker
-                    .is_some_and(|k| k.history == m.history && k.vote_from == 0);
+            let settled = !changeable && m.marker.is_some_and(|k| k == Marker::voting(m.history));
             let clients = &s.clients;
             let ours = |token: Token| m.data.lock.is_some_and(|l| l.token == token);
             queue.retain(|msg| match *msg {
@@ -684,10 +768,14 @@ impl LockModel {
             }
         };
         let left = match m.marker {
-            Some(marker) if marker.history == m.history => marker.vote_from.saturating_sub(now),
+            Some(marker) if marker.history == m.history => self
+                .cfg
+                .votes_from(marker, m.data.policy)
+                .saturating_sub(now),
             _ => {
                 m.marker = Some(Marker {
                     history: m.history,
+                    since: self.cfg.writes_since().then_some(now),
                     vote_from: now.saturating_add(quarantine),
                 });
                 quarantine
@@ -786,6 +874,58 @@ impl LockModel {
             }
             _ => false,
         }
+    }
+
+    /// lua/admit.lua on one master with a policy, delay 0: the policy grows to at least `to`;
+    /// the marker of the current history keeps its `since` and votes from `max(now,
+    /// vote_from)`; another history's is admitted now, with no `since` (with `raise_admits`;
+    /// otherwise left alone). Answers whether it moved the master's first vote later.
+    fn admit_script(&self, m: &mut Master, now: Tick, to: Pol) -> bool {
+        let Some(was) = m.data.policy else {
+            return false;
+        };
+        let raised = was.merge(to);
+        m.data.policy = Some(raised);
+        match m.marker.as_mut() {
+            Some(marker) if marker.history == m.history => {
+                let before = self.cfg.votes_from(*marker, Some(was)).max(now);
+                marker.vote_from = marker.vote_from.max(now);
+                self.cfg.votes_from(*marker, Some(raised)) > before
+            }
+            _ if self.cfg.raise_admits => {
+                m.marker = Some(Marker {
+                    history: m.history,
+                    since: None,
+                    vote_from: now,
+                });
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether admit.lua with the raised policy changes master `m`: it grows its policy, or
+    /// admits a history the master had not met (with `raise_admits`). On a master already at
+    /// the raised policy whose marker is its current history's, it writes nothing that
+    /// matters (`vote_from = max(now, vote_from)`).
+    fn raise_changes(&self, m: &Master) -> bool {
+        let (Some(to), Some(pol)) = (self.cfg.raise_to, m.data.policy) else {
+            return false;
+        };
+        pol.merge(to) != pol
+            || (self.cfg.raise_admits && m.marker.is_none_or(|k| k.history != m.history))
+    }
+
+    /// A master whose promotion lost a raise would vote at the next tick: the operator must
+    /// have applied the raise again before time passes it (`raise_reapplied`).
+    fn reapply_due(&self, s: &State) -> bool {
+        s.masters[..self.cfg.groups].iter().any(|m| {
+            m.lost_raise
+                && m.marker.is_some_and(|marker| {
+                    marker.history == m.history
+                        && self.cfg.votes_from(marker, m.data.policy) <= s.now + 1
+                })
+        })
     }
 
     /// Whether request `index` of group `g`'s queue may be delivered now, and whether that
@@ -931,10 +1071,7 @@ impl Model for LockModel {
         for (g, m) in masters.iter_mut().enumerate().take(cfg.groups) {
             m.data.policy = cfg.policy[g];
             // Admitted at bootstrap (lua/admit.lua, delay 0).
-            m.marker = Some(Marker {
-                history: 0,
-                vote_from: 0,
-            });
+            m.marker = Some(Marker::voting(0));
         }
         let clients = std::array::from_fn(|c| Client {
             phase: if c < cfg.clients && cfg.attempts[c] > 0 {
@@ -969,8 +1106,11 @@ impl Model for LockModel {
 
     fn actions(&self, s: &State, actions: &mut Vec<Action>) {
         let cfg = &self.cfg;
-        if s.now < cfg.max_tick {
+        if s.now < cfg.max_tick && !self.reapply_due(s) {
             actions.push(Action::Tick);
+        }
+        if s.masters.iter().any(|m| m.lost_raise) {
+            actions.push(Action::Reapply);
         }
         for c in 0..cfg.clients {
             let client = &s.clients[c];
@@ -1023,7 +1163,8 @@ impl Model for LockModel {
                     actions.push(Action::ExpireEarly(g));
                 }
             }
-            if s.raises_left > 0 && cfg.raise_to.is_some() && m.data.policy.is_some() {
+            // A raise that would change nothing on this master is the same as no raise.
+            if s.raises_left > 0 && self.raise_changes(m) {
                 actions.push(Action::Raise(g));
             }
         }
@@ -1219,6 +1360,7 @@ impl Model for LockModel {
                 m.data.policy = Some(adopted);
                 m.marker = Some(Marker {
                     history: m.history,
+                    since: cfg.writes_since().then_some(now),
                     vote_from: now.saturating_add(cfg.quarantine_of(adopted)),
                 });
                 s.ghost.adopted = true;
@@ -1230,6 +1372,7 @@ impl Model for LockModel {
             Action::Promote(g) => {
                 let m = &mut s.masters[g];
                 if let Some(replica) = m.replica {
+                    m.lost_raise = cfg.raise_reapplied && replica.policy != m.data.policy;
                     m.data = replica;
                     m.replica = None;
                 }
@@ -1255,19 +1398,20 @@ impl Model for LockModel {
             Action::Raise(g) => {
                 let to = cfg.raise_to?;
                 let m = &mut s.masters[g];
-                let raised = m.data.policy?.max(to);
+                m.data.policy?;
                 if !cfg.raise_replicated && m.replica.is_none() {
                     m.replica = Some(m.data);
                 }
-                m.data.policy = Some(raised);
-                // admit.lua writes the marker too: this history votes from now + delay (0).
-                if cfg.raise_admits {
-                    m.marker = Some(Marker {
-                        history: m.history,
-                        vote_from: now,
-                    });
-                }
+                s.ghost.lengthened |= self.admit_script(m, now, to);
                 s.raises_left -= 1;
+            }
+            Action::Reapply => {
+                let to = cfg.raise_to?;
+                for g in 0..cfg.groups {
+                    let m = &mut s.masters[g];
+                    s.ghost.lengthened |= self.admit_script(m, now, to);
+                    m.lost_raise = false;
+                }
             }
         }
         if cfg.lagging_replica && !matches!(action, Action::Promote(_) | Action::Restart(_)) {
@@ -1319,12 +1463,7 @@ impl Model for LockModel {
                 "a quarantine ends",
                 |m: &LockModel, s: &State| {
                     s.masters[..m.cfg.groups].iter().any(|master| {
-                        master.history > 0
-                            && master.marker
-                                == Some(Marker {
-                                    history: master.history,
-                                    vote_from: 0,
-                                })
+                        master.history > 0 && master.marker == Some(Marker::voting(master.history))
                     })
                 },
             ));
@@ -1334,6 +1473,11 @@ impl Model for LockModel {
                 "an adoption happens",
                 |_, s: &State| s.ghost.adopted,
             ));
+        }
+        if cfg.writes_since() && cfg.raise_to.is_some() && (cfg.promotions || cfg.restarts) {
+            properties.push(Property::sometimes(LENGTHENED, |_, s: &State| {
+                s.ghost.lengthened
+            }));
         }
         let above_policy = cfg.raise_to.is_some()
             || cfg.ttl[..cfg.clients].iter().any(|&ttl| {
@@ -1357,6 +1501,8 @@ pub const ONE_HOLDER: &str = "(b) at most one holder inside its validity";
 pub const NO_SUPERSEDED_WRITE: &str =
     "(c) the store never takes a write of a lease superseded by one whose write it took";
 pub const VALID_WRITES_TAKEN: &str = "(c') a write inside the lease's validity is never rejected";
+/// An example: a raise moved a master's first vote later (`since` at work).
+pub const LENGTHENED: &str = "a raise lengthens a quarantine";
 pub const NO_LEFTOVERS: &str =
     "(d) once quiet, no lock is left behind (no reorder, promotion, restart or early expiry)";
 
