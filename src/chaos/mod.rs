@@ -1,12 +1,14 @@
-//! The chaos harness: workers contend for a few resources while the fault injector kills,
-//! freezes and restarts masters and workers stall past their validity; every hold is reported
-//! to the safety checker and every write goes through a fenced store. Used by
-//! `quorumlock chaos` and by the bounded chaos test.
+//! The chaos harness: workers contend for a few resources (one at a time, or sets of them all
+//! or nothing) and for the permits of a semaphore while the fault injector kills, freezes and
+//! restarts masters and workers stall past their validity; every hold is reported to the
+//! safety checker and every write goes through a fenced store. Used by `quorumlock chaos`
+//! and by the bounded chaos test.
 
 pub mod checker;
 mod faults;
 mod stats;
 mod store;
+mod workers;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,8 +20,10 @@ use serde::Serialize;
 pub use faults::{Fault, Injected};
 pub use stats::FaultStats;
 pub use store::FencedStore;
+pub use workers::{Pattern, PatternStats, SEMAPHORE, slot_key};
 
-use crate::chaos::checker::{Checker, Hold};
+use crate::chaos::checker::Checker;
+use crate::chaos::workers::PatternTally;
 use crate::engine::clock::millis;
 use crate::lab::{Lab, LabError, LabSpec};
 use crate::{Clock, Error, Locks, Topology};
@@ -31,8 +35,17 @@ pub const RESOURCE_PREFIX: &str = "chaos:";
 #[derive(Debug, Clone)]
 pub struct ChaosOptions {
     pub duration: Duration,
+    /// Workers on the resource pool: single locks, and with [`Pattern::Sets`] one in three
+    /// takes sets of two or three resources instead.
     pub workers: usize,
+    /// The pool's size.
     pub resources: usize,
+    /// What the workers take: single locks, sets, permits.
+    pub patterns: Vec<Pattern>,
+    /// Workers that take permits of one semaphore, with [`Pattern::Permits`].
+    pub permit_workers: usize,
+    /// The semaphore's permit count.
+    pub permits: u32,
     pub faults: Vec<Fault>,
     /// TTL of every lease; also the topology's max TTL, so quarantines stay this short.
     pub ttl: Duration,
@@ -57,6 +70,9 @@ impl Default for ChaosOptions {
             duration: Duration::from_secs(60),
             workers: 8,
             resources: 3,
+            patterns: Pattern::ALL.to_vec(),
+            permit_workers: 4,
+            permits: 2,
             faults: vec![Fault::Kill, Fault::Freeze, Fault::Restart, Fault::Pause],
             ttl: Duration::from_millis(1000),
             wait: Duration::from_secs(5),
@@ -73,9 +89,16 @@ impl Default for ChaosOptions {
 #[derive(Debug, Clone, Serialize)]
 pub struct ChaosReport {
     pub duration_ms: u64,
+    /// Acquisitions of every kind: single locks, sets and permits.
     pub acquisitions: u64,
     pub acquire_attempts: u64,
     pub failed_acquires: u64,
+    /// Sets of resources acquired (all or nothing).
+    pub set_acquisitions: u64,
+    /// Permits of the semaphore acquired.
+    pub permit_acquisitions: u64,
+    /// Workers, attempts and acquisitions per pattern.
+    pub per_pattern: Vec<PatternStats>,
     /// Share of acquire calls that succeeded within their wait (the injector keeps at most
     /// `max_down` groups disrupted, so every call was made in that condition).
     pub success_rate: f64,
@@ -89,7 +112,25 @@ pub struct ChaosReport {
     /// excludes them, but never a pass either; the fenced store must still reject every
     /// stale write.
     pub overlaps_assumption_broken: usize,
+    /// Of `overlaps`, those where a set held the resource.
+    pub set_overlaps: usize,
+    /// Of `overlaps`, those of two holders of one semaphore slot.
+    pub slot_overlaps: usize,
+    /// The semaphore's permit count (0 without permit workers).
+    pub permits: u32,
+    /// The most permits held at once, labelled holds included.
+    pub most_permits_held: usize,
+    /// Permits that began while the whole count was held, with every assumption kept:
+    /// violations.
+    pub permits_over: usize,
+    /// Permits beyond the count that only a broken clock assumption explains (labelled).
+    pub permits_over_assumption_broken: usize,
+    /// Fencing tokens that did not grow on a resource (per member for sets) or on a slot.
     pub fencing_regressions: usize,
+    /// Of `fencing_regressions`, those where a set was one of the holds.
+    pub set_fencing_regressions: usize,
+    /// Of `fencing_regressions`, those on a semaphore slot.
+    pub slot_fencing_regressions: usize,
     pub stale_writes_rejected: u64,
     /// Writes the fenced store accepted from a holder after a newer holder had been granted
     /// the lock (before that one's first write).
@@ -101,7 +142,7 @@ pub struct ChaosReport {
     /// assumption was broken (its own clock beyond the allowance, or a master clock jump
     /// within one TTL): the fenced store doing its job when the lease could not.
     pub valid_writes_rejected_assumption_broken: u64,
-    /// Locks still held after every worker stopped and one TTL passed.
+    /// Locks and permits still held after every worker stopped and one TTL passed.
     pub locks_left: usize,
     /// What happened during each kind of fault.
     pub per_fault: Vec<FaultStats>,
@@ -112,6 +153,7 @@ pub struct ChaosReport {
 impl ChaosReport {
     pub fn violations(&self) -> u64 {
         self.overlaps as u64
+            + self.permits_over as u64
             + self.fencing_regressions as u64
             + self.valid_writes_rejected
             + self.stale_writes_accepted
@@ -119,12 +161,13 @@ impl ChaosReport {
     }
 
     /// The one-word outcome: no violation and no assumption broken, no violation but
-    /// overlaps under broken clock assumptions, or violations.
+    /// overlaps (or permits beyond the count) under broken clock assumptions, or violations.
     pub fn verdict(&self) -> &'static str {
-        match (self.is_safe(), self.overlaps_assumption_broken) {
+        let labelled = self.overlaps_assumption_broken + self.permits_over_assumption_broken;
+        match (self.is_safe(), labelled) {
             (true, 0) => "SAFE",
             (true, _) => {
-                "SAFE WITHIN ITS ASSUMPTIONS (overlaps only while a clock assumption was broken; every stale write rejected)"
+                "SAFE WITHIN ITS ASSUMPTIONS (overlaps or extra permits only while a clock assumption was broken; every stale write rejected)"
             }
             (false, _) => "VIOLATIONS FOUND",
         }
@@ -142,13 +185,29 @@ impl ChaosReport {
                 "duration                  {:.1} s",
                 self.duration_ms as f64 / 1000.0
             ),
-            format!("acquisitions              {}", self.acquisitions),
+            format!(
+                "acquisitions              {} (sets {}, permits {})",
+                self.acquisitions, self.set_acquisitions, self.permit_acquisitions
+            ),
             format!(
                 "failed acquires           {} of {} ({:.2}% succeeded within their wait)",
                 self.failed_acquires,
                 self.acquire_attempts,
                 self.success_rate * 100.0
             ),
+        ];
+        for stats in &self.per_pattern {
+            let rate = if stats.acquire_attempts == 0 {
+                0.0
+            } else {
+                stats.acquisitions as f64 / stats.acquire_attempts as f64 * 100.0
+            };
+            lines.push(format!(
+                "  {:<8} {:>2} workers, acquisitions {:>6}, failed {:>4} ({:.2}% succeeded)",
+                stats.pattern, stats.workers, stats.acquisitions, stats.failed_acquires, rate
+            ));
+        }
+        lines.extend([
             format!(
                 "faults injected           {} (kill {}, freeze {}, restart {}, partition {}, latency {}, clock drift {}, clock jump {}), worker pauses {}, worker crashes {}",
                 f.total(),
@@ -162,12 +221,29 @@ impl ChaosReport {
                 self.pauses,
                 self.crashes
             ),
-            format!("overlaps                  {}", self.overlaps),
+            format!(
+                "overlaps                  {} (set members {}, permit slots {})",
+                self.overlaps, self.set_overlaps, self.slot_overlaps
+            ),
             format!(
                 "overlaps, assumption broken {}",
                 self.overlaps_assumption_broken
             ),
-            format!("fencing regressions       {}", self.fencing_regressions),
+            format!(
+                "permits held at once      at most {} of {}",
+                self.most_permits_held, self.permits
+            ),
+            format!("permits beyond the count  {}", self.permits_over),
+            format!(
+                "  with an assumption broken {}",
+                self.permits_over_assumption_broken
+            ),
+            format!(
+                "fencing regressions       {} (set members {}, permit slots {})",
+                self.fencing_regressions,
+                self.set_fencing_regressions,
+                self.slot_fencing_regressions
+            ),
             format!("stale writes rejected     {}", self.stale_writes_rejected),
             format!("stale writes accepted     {}", self.stale_writes_accepted),
             format!("valid writes rejected     {}", self.valid_writes_rejected),
@@ -177,7 +253,7 @@ impl ChaosReport {
             ),
             format!("locks still present       {}", self.locks_left),
             format!("longest gap, no acquire   {} ms", self.longest_gap_ms),
-        ];
+        ]);
         for stats in &self.per_fault {
             lines.push(format!(
                 "  {:<10} injected {:>4}, acquisitions during {:>6}, longest gap {:>6} ms",
@@ -196,6 +272,8 @@ struct Tally {
     failed: AtomicU64,
     pauses: AtomicU64,
     crashes: AtomicU64,
+    /// Per pattern, in the order of `Pattern::ALL`.
+    patterns: [PatternTally; 3],
     /// Writes refused although their holders believed their leases valid.
     valid_writes_rejected: Mutex<Vec<RefusedWrite>>,
 }
@@ -249,9 +327,11 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     let checker = Arc::new(Checker::new());
     let store = Arc::new(FencedStore::new());
     let tally = Arc::new(Tally::default());
+    let roles = workers::roles(options);
+    let permits = options.patterns.contains(&Pattern::Permits) && options.permit_workers > 0;
     // Every worker is a client of its own: its own connections, config and clock.
-    let mut clients = Vec::with_capacity(options.workers);
-    for worker in 0..options.workers {
+    let mut clients = Vec::with_capacity(roles.len());
+    for worker in 0..roles.len() {
         let (config, clock) = worker_setup(worker, &topology, options);
         clients.push(Locks::connect_with_clock(config, clock).await?);
     }
@@ -259,21 +339,35 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     let deadline = started + options.duration;
     let workers: Vec<_> = clients
         .iter()
+        .zip(&roles)
         .enumerate()
-        .map(|(worker, client)| {
+        .map(|(worker, (client, pattern))| {
             let shared = (
                 client.clone(),
                 checker.clone(),
                 store.clone(),
                 tally.clone(),
             );
-            tokio::spawn(work(worker, options.clone(), deadline, shared))
+            tokio::spawn(workers::work(
+                worker,
+                *pattern,
+                options.clone(),
+                deadline,
+                shared,
+            ))
         })
         .collect();
 
-    let lock_keys = (0..options.resources)
+    // The keys a master clock fault cuts: every resource's lock and every permit's slot.
+    let mut lock_keys: Vec<String> = (0..options.resources)
         .map(|index| format!("{}:{{{RESOURCE_PREFIX}{index}}}:lock", topology.key_prefix))
         .collect();
+    if permits {
+        lock_keys.extend(
+            (0..options.permits)
+                .map(|slot| format!("{}:{{{SEMAPHORE}}}:permit:{slot}", topology.key_prefix)),
+        );
+    }
     let mut injector = faults::Injector::new(
         topology.groups.len(),
         &options.faults,
@@ -313,11 +407,18 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
 
     // Every lock, crashed holders' included, must be gone one TTL after the last holder.
     tokio::time::sleep(options.ttl + Duration::from_millis(200)).await;
-    let locks_left = locks
+    let mut locks_left = locks
         .list(RESOURCE_PREFIX, 1000)
         .await
         .map(|list| list.locks.len())
         .unwrap_or(0);
+    if permits {
+        locks_left += locks
+            .semaphore_status(SEMAPHORE)
+            .await
+            .map(|status| status.holders.len())
+            .unwrap_or(0);
+    }
     locks.close().await;
     recovered.map_err(lab_failure)?;
 
@@ -344,11 +445,26 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         stats::per_fault(&injector.windows, &checker.holds(), (started, ended));
     let attempts = tally.attempts.load(Ordering::Relaxed);
     let acquired = tally.acquired.load(Ordering::Relaxed);
+    let per_pattern = workers::pattern_stats(&roles, &tally);
+    let acquired_by = |pattern: Pattern| {
+        per_pattern
+            .iter()
+            .find(|stats| stats.pattern == pattern.name())
+            .map_or(0, |stats| stats.acquisitions)
+    };
+    let peak = verdict
+        .semaphores
+        .iter()
+        .find(|peak| peak.name == SEMAPHORE)
+        .map_or(0, |peak| peak.most_held);
     Ok(ChaosReport {
         duration_ms: millis(duration),
         acquisitions: acquired,
         acquire_attempts: attempts,
         failed_acquires: tally.failed.load(Ordering::Relaxed),
+        set_acquisitions: acquired_by(Pattern::Sets),
+        permit_acquisitions: acquired_by(Pattern::Permits),
+        per_pattern,
         success_rate: if attempts == 0 {
             0.0
         } else {
@@ -359,7 +475,15 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         crashes: tally.crashes.load(Ordering::Relaxed),
         overlaps: verdict.overlaps,
         overlaps_assumption_broken: verdict.overlaps_assumption_broken,
+        set_overlaps: verdict.set_overlaps,
+        slot_overlaps: verdict.slot_overlaps,
+        permits: if permits { options.permits } else { 0 },
+        most_permits_held: peak,
+        permits_over: verdict.permits_over,
+        permits_over_assumption_broken: verdict.permits_over_assumption_broken,
         fencing_regressions: verdict.fencing_regressions,
+        set_fencing_regressions: verdict.set_fencing_regressions,
+        slot_fencing_regressions: verdict.slot_fencing_regressions,
         stale_writes_rejected: store.rejected() - rejected_valid.len() as u64,
         stale_writes_accepted: store.stale_accepted(),
         valid_writes_rejected,
@@ -427,70 +551,5 @@ fn lab_failure(error: LabError) -> Error {
     Error::Setup {
         group: "lab".into(),
         message: error.to_string(),
-    }
-}
-
-async fn work(
-    worker: usize,
-    options: ChaosOptions,
-    deadline: Instant,
-    (locks, checker, store, tally): (Locks, Arc<Checker>, Arc<FencedStore>, Arc<Tally>),
-) {
-    let owner = format!("chaos-worker-{worker}");
-    let pauses = options.faults.contains(&Fault::Pause);
-    let clock_broken = clock_broken(locks.clock(), locks.topology().drift_factor);
-    while Instant::now() < deadline {
-        let (resource, pause, crash, work) = {
-            let mut rng = rand::thread_rng();
-            (
-                format!("{RESOURCE_PREFIX}{}", rng.gen_range(0..options.resources)),
-                pauses && rng.gen_bool(options.pause_chance),
-                rng.gen_bool(options.crash_chance),
-                Duration::from_micros(rng.gen_range(200..3000)),
-            )
-        };
-        tally.attempts.fetch_add(1, Ordering::Relaxed);
-        let acquired = locks
-            .acquire(resource.as_str())
-            .ttl(options.ttl)
-            .wait(options.wait)
-            .owner(owner.as_str())
-            .await;
-        let lease = match acquired {
-            Ok(lease) => lease,
-            Err(error) => {
-                tally.failed.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%error, "chaos: acquire failed");
-                continue;
-            }
-        };
-        tally.acquired.fetch_add(1, Ordering::Relaxed);
-        let acquired_at = Instant::now();
-        // The holder's first act is to claim the resource with its token, as real fenced
-        // storage learns a token at its first use.
-        store.granted(&resource, lease.fencing_token());
-        if !store.write(&resource, lease.fencing_token()) && lease.validity() > Duration::ZERO {
-            tally.valid_write_rejected(acquired_at, clock_broken);
-        }
-        if pause {
-            // The holder does not know it stalled: it writes as if it still held the lock.
-            tally.pauses.fetch_add(1, Ordering::Relaxed);
-            tokio::time::sleep(lease.validity() + Duration::from_millis(100)).await;
-        }
-        tokio::time::sleep(work).await;
-        let valid = lease.validity() > Duration::ZERO;
-        if !store.write(&resource, lease.fencing_token()) && valid {
-            tally.valid_write_rejected(acquired_at, clock_broken);
-        }
-        checker.record(Hold {
-            clock_broken,
-            ..Hold::ending_now(&lease, acquired_at, locks.clock())
-        });
-        if crash {
-            tally.crashes.fetch_add(1, Ordering::Relaxed);
-            let _ = lease.detach();
-        } else {
-            let _ = lease.release().await;
-        }
     }
 }

@@ -73,6 +73,8 @@ mod tests {
     fn hold_at(at: Instant) -> Hold {
         Hold {
             resource: "r".into(),
+            resources: vec!["r".into()],
+            permit: None,
             fencing_token: 1,
             acquired_at: at,
             valid_until: at,
