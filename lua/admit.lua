@@ -3,9 +3,10 @@
 -- larger stays. For bootstrapping a brand-new deployment (or a lab) whose masters have never
 -- held a lock, and for raising the policy; never admit at once a master that may have missed
 -- grants. The policy is replicated; the marker is not (see admission.lua).
--- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms
--- Returns {history, max_ttl_ms, write_window_ms} as now in force.
+-- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms, forced (1/0)
+-- Returns {history, max_ttl_ms, write_window_ms, ms until it votes}.
 local current = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
+local had_policy = tonumber(current[1]) ~= nil
 local max_ttl = math.max(tonumber(current[1]) or 0, tonumber(ARGV[1]))
 local window = math.max(tonumber(current[2]) or 0, tonumber(ARGV[2]))
 redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window)
@@ -14,16 +15,30 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- A quarantine in progress is never shortened: raising the policy on a promoted replica
 -- must not let it vote before the leases it may have missed expired. It keeps its `since`,
--- so the raised policy lengthens it (admission.lua). An operator's admission of a new
--- history has no `since`: the operator's delay is its whole quarantine.
+-- so the raised policy lengthens it (admission.lua).
 local vote_from = now + tonumber(ARGV[3])
-local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from')
-redis.set_repl(redis.REPL_NONE)
+local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from', 'since')
+local since = nil
 if admitted[1] == history then
   vote_from = math.max(vote_from, tonumber(admitted[2]) or 0)
-else
-  redis.call('HDEL', KEYS[1], 'since')
+  since = tonumber(admitted[3])
+elseif had_policy and ARGV[4] ~= '1' then
+  -- A history no vote has met yet, on a master that already held the policy: a promoted
+  -- replica or a master restarted with its data. It may have missed grants, so its
+  -- quarantine starts now, as at its first vote, whatever the delay asked for.
+  since = now
 end
-redis.call('HSET', KEYS[1], 'history', history, 'vote_from', vote_from)
+redis.set_repl(redis.REPL_NONE)
+if since then
+  redis.call('HSET', KEYS[1], 'history', history, 'since', since, 'vote_from', vote_from)
+else
+  -- A master that held no policy is brand new, or an operator forced it: the operator's
+  -- delay is its whole quarantine.
+  redis.call('HDEL', KEYS[1], 'since')
+  redis.call('HSET', KEYS[1], 'history', history, 'vote_from', vote_from)
+end
 redis.set_repl(redis.REPL_ALL)
-return {history, max_ttl, window}
+if since then
+  vote_from = math.max(vote_from, since + max_ttl + window)
+end
+return {history, max_ttl, window, math.max(vote_from - now, 0)}

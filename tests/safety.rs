@@ -508,14 +508,13 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
     let unconfirmed = admit(&["--group", "g1"]);
     assert!(!unconfirmed.status.success());
     assert!(String::from_utf8_lossy(&unconfirmed.stderr).contains("--yes"));
-    // g1 holds the lease's keys: admitting it at once could hand the lock to two holders.
-    let refused = admit(&["--group", "g1", "--yes"]);
-    let text = String::from_utf8_lossy(&refused.stdout);
-    assert!(!refused.status.success(), "{text}");
-    assert!(
-        text.contains("REFUSED") && text.contains("missed grants"),
-        "{text}"
-    );
+    // g1 votes and holds the lease's keys: admitting it again at once only raises its
+    // policy, and never cuts its history's quarantine short.
+    let raised = admit(&["--group", "g1", "--max-ttl-ms", "4000", "--yes"]);
+    let text = String::from_utf8_lossy(&raised.stdout);
+    assert!(raised.status.success(), "{text}");
+    let health = fx.locks.health().await;
+    assert_eq!(health.groups[0].policy.map(|p| p.max_ttl_ms), Some(4_000));
     // Three masters restarted empty cannot adopt a policy from the two others; an operator
     // admits them after the quarantine.
     for group in 0..3 {
@@ -562,5 +561,73 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
         "{:?}",
         health.groups[0].admission
     );
+    // When no master holds a policy the deployment looks brand new, but a master that holds
+    // lock or fence keys is not: it is refused unless forced.
+    for group in fx.groups() {
+        fx.lab.restart(group).await.expect("restart");
+    }
+    fx.lab
+        .run_on_master(0, &["SET", &fence_key("left-behind"), "1"])
+        .await
+        .expect("plant a fence key");
+    let bootstrap = admit(&["--yes"]);
+    let text = String::from_utf8_lossy(&bootstrap.stdout);
+    assert!(!bootstrap.status.success(), "{text}");
+    let refused: Vec<&str> = text.lines().filter(|l| l.contains("REFUSED")).collect();
+    assert_eq!(refused.len(), 1, "{text}");
+    assert!(
+        refused[0].starts_with("g1") && refused[0].contains("not brand new"),
+        "{text}"
+    );
     drop(lease);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantine() {
+    let mut fx = common::sentinel_lab().await;
+    let admit_g1 = AdmitOptions {
+        groups: vec!["g1".into()],
+        policy: fx.lab.spec().policy(),
+        delay: Duration::ZERO,
+        force: false,
+    };
+    let quarantine_ms = admit_g1.policy.quarantine_ms();
+    // g1's replica holds the policy before its master dies.
+    let before = fx.locks.admit(&admit_g1).await.expect("admit");
+    assert_eq!(
+        before[0].replicas.map(|r| r.acknowledged),
+        Some(1),
+        "{before:?}"
+    );
+    let mut failovers = fx.locks.failovers();
+    let killed = fx.lab.kill(0).await.expect("kill g1's master");
+    let failover = tokio::time::timeout(Duration::from_secs(15), failovers.recv())
+        .await
+        .expect("Sentinel announces the switch")
+        .expect("event");
+    assert_eq!(failover.group, "g1");
+    // No vote has met the promoted replica yet, and it holds the policy it replicated. It
+    // may have missed grants, so an operator's admission at once (to raise the policy, say)
+    // must still leave it the whole quarantine.
+    let old = format!("127.0.0.1:{}", killed.port);
+    let promoted = poll_until(Duration::from_secs(10), || async {
+        let health = fx.locks.health().await;
+        let g1 = &health.groups[0];
+        (g1.master.as_deref() != Some(old.as_str()) && g1.policy.is_some()).then_some(())
+    })
+    .await;
+    promoted.expect("g1 answers from its promoted replica");
+    let admitted = fx.locks.admit(&admit_g1).await.expect("admit");
+    assert!(admitted[0].error.is_none(), "{admitted:?}");
+    let votes_in_ms = admitted[0].votes_in_ms.expect("admit says when g1 votes");
+    assert!(
+        votes_in_ms + 1_000 > quarantine_ms,
+        "g1 votes in {votes_in_ms} ms, not after the {quarantine_ms} ms quarantine"
+    );
+    let health = fx.locks.health().await;
+    assert!(
+        matches!(health.groups[0].admission, Admission::Quarantined { remaining_ms } if remaining_ms + 1_000 > quarantine_ms),
+        "{:?}",
+        health.groups[0].admission
+    );
 }

@@ -32,7 +32,8 @@ pub struct AdmitArgs {
     /// held a lock).
     #[arg(long, default_value_t = 0)]
     after_ms: u64,
-    /// Admit at once even masters that hold lock or fence keys (they may have missed grants).
+    /// Admit at once, after --after-ms only, even masters that may have missed grants: a
+    /// promoted master no vote has met, or one that lost its data.
     #[arg(long)]
     force: bool,
     /// Do not ask for confirmation.
@@ -82,6 +83,7 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
                 .to_string(),
                 or_dash(a.policy.map(|p| p.max_ttl_ms)),
                 or_dash(a.policy.map(|p| p.write_window_ms)),
+                or_dash(a.votes_in_ms),
                 or_dash(
                     a.replicas
                         .map(|r| format!("{}/{}", r.acknowledged, r.connected)),
@@ -97,6 +99,7 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
                     "RESULT",
                     "MAX_TTL_MS",
                     "WINDOW_MS",
+                    "VOTES_IN_MS",
                     "REPLICAS",
                     "WHY"
                 ],

@@ -48,6 +48,10 @@ pub struct GroupAdmission {
     /// larger than the one asked for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub policy: Option<Policy>,
+    /// Milliseconds until the master votes: the delay asked for, or longer when a
+    /// quarantine in progress, or one that starts now, outlasts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub votes_in_ms: Option<u64>,
     /// Replicas that acknowledged the policy, of those connected: a replica promoted before
     /// it saw a raised policy would sit out the old, shorter quarantine.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,9 +76,11 @@ impl Locks {
     /// after `options.delay`, and waits for their replicas to acknowledge the policy. For a
     /// brand-new deployment, for raising the policy, and for masters that lost their data
     /// when too few groups hold a policy for them to adopt one: then the delay must cover
-    /// every lease they may have missed (the policy's quarantine). A master that holds lock
-    /// or fence keys may have missed grants, so without `force` it is admitted at once only
-    /// when the delay covers the quarantine.
+    /// every lease they may have missed (the policy's quarantine). An admission never
+    /// shortens a quarantine. Without `force`, a master with a policy but a history no vote
+    /// has met (promoted, or restarted with its data) sits out the policy's quarantine from
+    /// now (admit.lua). A master without a policy that holds lock or fence keys was not
+    /// brand new, so it is admitted only when the delay covers the quarantine.
     pub async fn admit(&self, options: &AdmitOptions) -> Result<Vec<GroupAdmission>, Error> {
         let engine = &self.engine;
         for name in &options.groups {
@@ -98,6 +104,7 @@ impl Locks {
             Value::from(options.policy.max_ttl_ms.to_string()),
             Value::from(options.policy.write_window_ms.to_string()),
             Value::from(millis(options.delay).to_string()),
+            Value::from(if options.force { "1" } else { "0" }),
         ];
         // A master without a policy, while other groups hold one, lost its data: it may be
         // admitted only after the largest policy's quarantine (or by force). Only when no
@@ -118,11 +125,12 @@ impl Locks {
                 let refused = |error: String| GroupAdmission {
                     group: group.name.clone(),
                     policy: None,
+                    votes_in_ms: None,
                     replicas: None,
                     error: Some(error),
                 };
-                if !options.force && !covered {
-                    if !brand_new && !group_has_policy(group, policy_name).await {
+                if !options.force && !covered && !group_has_policy(group, policy_name).await {
+                    if !brand_new {
                         return refused(format!(
                             "has no lock policy while other groups hold one, so it lost its data and may have missed grants: admit it with --after-ms {} (the largest policy's quarantine), or force it",
                             largest.quarantine_ms()
@@ -132,7 +140,7 @@ impl Locks {
                         Reply::Answer(found) if found.is_empty() => {}
                         Reply::Answer(found) => {
                             return refused(format!(
-                                "holds lock or fence keys (`{}`), so it may have missed grants: admit it after the policy's quarantine, or force it",
+                                "holds lock or fence keys (`{}`) but no lock policy, so it is not brand new and may have missed grants: admit it after the policy's quarantine, or force it",
                                 found.join("`, `")
                             ));
                         }
@@ -140,10 +148,13 @@ impl Locks {
                     }
                 }
                 let reply = group.eval::<Vec<Value>>(&scripts::ADMIT, keys, args).await;
-                let policy = match reply {
-                    Reply::Answer(values) => match parse_policy(values.get(1..).unwrap_or(&[])) {
-                        Some(policy) => policy,
-                        None => return refused(format!("unexpected admit reply {values:?}")),
+                let (policy, votes_in_ms) = match reply {
+                    Reply::Answer(values) => match (
+                        parse_policy(values.get(1..3).unwrap_or(&[])),
+                        integer(values.get(3)),
+                    ) {
+                        (Some(policy), Some(votes_in_ms)) => (policy, votes_in_ms),
+                        _ => return refused(format!("unexpected admit reply {values:?}")),
                     },
                     other => return refused(describe(&other)),
                 };
@@ -153,12 +164,14 @@ impl Locks {
                     max_ttl_ms = policy.max_ttl_ms,
                     write_window_ms = policy.write_window_ms,
                     delay_ms = millis(options.delay),
+                    votes_in_ms,
                     ?replicas,
                     "admitted a master to the vote"
                 );
                 GroupAdmission {
                     group: group.name.clone(),
                     policy: Some(policy),
+                    votes_in_ms: Some(votes_in_ms),
                     replicas: replicas.map(|(acknowledged, connected)| ReplicaAcks {
                         acknowledged,
                         connected,

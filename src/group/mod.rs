@@ -535,7 +535,13 @@ impl Group {
         if connected == 0 {
             return Some((0, 0));
         }
-        let wait = self.client.custom::<i64, _>(
+        // WAIT's own limit decides, not the per-call timeout.
+        let waiting = self.client.with_options(&Options {
+            timeout: Some(limit + Duration::from_secs(1)),
+            max_attempts: Some(1),
+            ..Default::default()
+        });
+        let wait = waiting.custom::<i64, _>(
             fred::cmd!("WAIT", blocking: true),
             vec![
                 Value::from(connected as i64),
