@@ -49,8 +49,8 @@ pub mod lab;
 pub mod mcp;
 
 pub use config::{
-    ConfigError, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_DRIFT_FACTOR, DEFAULT_KEY_PREFIX,
-    DEFAULT_MAX_HOLD_MS, DEFAULT_MAX_TTL_MS, DEFAULT_REPLICA_ACK_TIMEOUT_MS,
+    ConfigError, ConfigLocation, ConfigSource, DEFAULT_CALL_TIMEOUT_MS, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD_MS, DEFAULT_MAX_TTL_MS, DEFAULT_REPLICA_ACK_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS, Endpoint, GroupConfig, TlsSettings, Topology,
 };
 pub use engine::admission::{AdmitOptions, GroupAdmission, ReplicaAcks};

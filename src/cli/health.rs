@@ -1,9 +1,10 @@
 //! `quorumlock health`: every group's reachability, master, Sentinels, replicas and
-//! admission, and whether a quorum can vote.
+//! admission, whether a quorum can vote, and which topology file is in use.
 
 use super::exit;
 use super::output::{self, or_dash};
 use crate::Locks;
+use crate::config::ConfigLocation;
 use crate::{Admission, Health};
 
 fn admission(admission: &Admission) -> String {
@@ -19,7 +20,7 @@ fn admission(admission: &Admission) -> String {
     }
 }
 
-fn table(health: &Health) -> String {
+fn table(health: &Health, config: &ConfigLocation) -> String {
     let rows = health.groups.iter().map(|g| {
         let replicas = g
             .replicas
@@ -63,7 +64,7 @@ fn table(health: &Health) -> String {
         })
         .collect();
     format!(
-        "{}\n{warnings}{}: {} of {} groups vote (quorum {})\n",
+        "{}\n{warnings}{}: {} of {} groups vote (quorum {})\nconfig: {config}\n",
         output::table(
             [
                 "GROUP",
@@ -88,12 +89,16 @@ fn table(health: &Health) -> String {
     )
 }
 
-pub async fn run(locks: &Locks, json: bool) -> anyhow::Result<u8> {
+pub async fn run(locks: &Locks, config: &ConfigLocation, json: bool) -> anyhow::Result<u8> {
     let health = locks.health().await;
     if json {
-        output::json(&health)?;
+        let mut view = serde_json::to_value(&health)?;
+        if let Some(object) = view.as_object_mut() {
+            object.insert("config".into(), serde_json::to_value(config)?);
+        }
+        output::json(&view)?;
     } else {
-        print!("{}", table(&health));
+        print!("{}", table(&health, config));
     }
     Ok(if health.quorum_available {
         exit::OK

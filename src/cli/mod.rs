@@ -15,11 +15,12 @@ pub mod serve;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::Error;
-use crate::config::Topology;
+use crate::config::{ConfigLocation, ConfigSource, Topology};
 use crate::lab::Lab;
+use output::LogFormat;
 
 /// Exit codes, documented in `--help` and the README.
 pub mod exit {
@@ -47,7 +48,14 @@ const AFTER_HELP: &str = "Examples:
 
 Exit codes: 0 ok, 1 held or denied, 2 usage or configuration, 3 quorum unavailable, 4 other failure,
 121 the lease was lost while `run`'s command ran (which was stopped); otherwise `run` exits with
-its command's code.";
+its command's code. With --json, errors are a JSON object on stdout (`error`, `kind`, `field`
+when one is wrong) with the same exit codes.
+
+Topology file, the first found: --config FILE, --lab (the lab in --lab-dir), QUORUMLOCK_CONFIG,
+./quorumlock.toml, $XDG_CONFIG_HOME/quorumlock/quorumlock.toml (else ~/.config/quorumlock/...),
+/etc/quorumlock/quorumlock.toml, and last the config of the lab running in --lab-dir.
+Passwords can stay out of it: password_file or password_env (and sentinel_password_file,
+sentinel_password_env) beside each group's password.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -57,8 +65,9 @@ its command's code.";
     after_help = AFTER_HELP
 )]
 pub struct Cli {
-    /// Topology file (TOML). Default: ./quorumlock.toml, else the running lab's config.
-    #[arg(long, global = true, env = "QUORUMLOCK_CONFIG")]
+    /// Topology file (TOML). Without it, the search order below applies (QUORUMLOCK_CONFIG, then
+    /// ./quorumlock.toml, the user's and the system's file, then the running lab).
+    #[arg(long, global = true)]
     config: Option<PathBuf>,
     /// Use the config of the lab running in --lab-dir.
     #[arg(long, global = true, conflicts_with = "config")]
@@ -74,9 +83,24 @@ pub struct Cli {
     /// Override the per-call timeout of the topology, in milliseconds.
     #[arg(long, global = true)]
     call_timeout_ms: Option<u64>,
-    /// Print JSON instead of tables.
+    /// Print JSON instead of tables; errors too.
     #[arg(long, global = true)]
     json: bool,
+    /// More log output on stderr: -v info, -vv debug, -vvv trace. RUST_LOG, when set, wins.
+    #[arg(short, long, global = true, action = ArgAction::Count, conflicts_with = "quiet")]
+    verbose: u8,
+    /// Less log output on stderr: -q errors only, -qq none. RUST_LOG, when set, wins.
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    quiet: u8,
+    /// Log format on stderr: text, or json (one object a line, for log collectors).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "QUORUMLOCK_LOG_FORMAT",
+        default_value_t = LogFormat::Text
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -127,35 +151,60 @@ enum Command {
 
 /// Parses arguments, runs the command, and maps its outcome to an exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_tracing();
+    let cli = match parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    output::init_logs(cli.verbose, cli.quiet, cli.log_format);
+    let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
+            let error = anyhow::Error::new(error).context("cannot start the async runtime");
+            output::error(&error, exit::FAILURE, json);
             return ExitCode::from(exit::FAILURE);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::from(exit_code(&error))
+            let code = exit_code(&error);
+            output::error(&error, code, json);
+            ExitCode::from(code)
         }
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fred=error"));
-    // Logs go to stderr so that stdout stays machine-readable (tables, JSON, MCP on stdio).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Parses the arguments; `--help` names the topology file in use. A usage error is JSON when
+/// `--json` is among the arguments.
+fn parse() -> Result<Cli, ExitCode> {
+    let mut command = Cli::command();
+    // Only help is worth the search (it reads the lab directory's state).
+    if std::env::args().any(|arg| arg == "--help" || arg == "-h" || arg == "help") {
+        let in_use = match Cli::default_location() {
+            Ok(Some(location)) => location.to_string(),
+            Ok(None) => "none found".to_string(),
+            Err(error) => format!("none ({error:#})"),
+        };
+        command = command.after_help(format!(
+            "{AFTER_HELP}\nIn use without --config or --lab: {in_use}."
+        ));
+    }
+    let parsed = command
+        .try_get_matches()
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    match parsed {
+        Ok(cli) => Ok(cli),
+        Err(error) if error.use_stderr() && std::env::args().any(|arg| arg == "--json") => {
+            let code = u8::try_from(error.exit_code()).unwrap_or(exit::USAGE);
+            output::usage_error(&error.render().to_string(), code);
+            Err(ExitCode::from(code))
+        }
+        Err(error) => error.exit(),
+    }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
@@ -200,7 +249,13 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             cli.with_locks(async |l| locks::force_release(l, args, json).await)
                 .await
         }
-        Command::Health => cli.with_locks(async |l| health::run(l, json).await).await,
+        Command::Health => {
+            let (topology, location) = cli.located()?.ok_or(NoTopology)?;
+            let locks = crate::Locks::connect(topology).await?;
+            let outcome = health::run(&locks, &location, json).await;
+            locks.close().await;
+            outcome
+        }
         Command::Admit(args) => {
             cli.with_locks(async |l| admit::run(l, args, json).await)
                 .await
@@ -216,9 +271,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
 /// No topology could be found; the message says where one can come from.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "no topology configured: pass --config FILE, set QUORUMLOCK_CONFIG, put a quorumlock.toml here, or start a local lab with `quorumlock lab up`"
+    "no topology configured: pass --config FILE, set QUORUMLOCK_CONFIG, put a quorumlock.toml here, in ~/.config/quorumlock/ or /etc/quorumlock/, or start a local lab with `quorumlock lab up`"
 )]
-struct NoTopology;
+pub(crate) struct NoTopology;
 
 /// Maps an error to the documented exit code.
 fn exit_code(error: &anyhow::Error) -> u8 {
@@ -229,7 +284,8 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         Some(Error::Setup { .. }) => exit::FAILURE,
         Some(Error::LeaseLost { .. }) => exit::LEASE_LOST,
         None if error.downcast_ref::<crate::config::ConfigError>().is_some()
-            || error.downcast_ref::<NoTopology>().is_some() =>
+            || error.downcast_ref::<NoTopology>().is_some()
+            || error.downcast_ref::<serve::TokenTwice>().is_some() =>
         {
             exit::USAGE
         }
@@ -256,32 +312,63 @@ impl Cli {
         Ok(crate::Locks::connect(topology).await?)
     }
 
-    /// The topology for commands that talk to groups: --config, --lab, ./quorumlock.toml,
-    /// or the running lab, in that order; then --call-timeout-ms.
+    /// The topology for commands that talk to groups.
     fn topology(&self) -> anyhow::Result<Option<Topology>> {
-        let path = if let Some(path) = &self.config {
-            Some(path.clone())
+        Ok(self.located()?.map(|(topology, _)| topology))
+    }
+
+    /// The topology and where it was found: --config, --lab, then [`Cli::search`]. Secrets
+    /// and `QUORUMLOCK_*` overrides are read from the environment, then --call-timeout-ms
+    /// applies.
+    fn located(&self) -> anyhow::Result<Option<(Topology, ConfigLocation)>> {
+        let location = if let Some(path) = &self.config {
+            Some(ConfigLocation {
+                path: path.clone(),
+                source: ConfigSource::Flag,
+            })
         } else if self.lab {
-            Some(Lab::open(&self.lab_dir)?.config_path())
-        } else if Path::new("quorumlock.toml").exists() {
-            Some(PathBuf::from("quorumlock.toml"))
+            Some(ConfigLocation {
+                path: Lab::open(&self.lab_dir)?.config_path(),
+                source: ConfigSource::Lab,
+            })
         } else {
-            Lab::open(&self.lab_dir).ok().map(|lab| lab.config_path())
+            Self::search(&self.lab_dir)?
         };
-        let Some(path) = path else { return Ok(None) };
-        let mut topology = Topology::from_file(&path)?;
+        let Some(location) = location else {
+            return Ok(None);
+        };
+        let mut topology = Topology::from_file(&location.path)?.with_env()?;
         if let Some(timeout) = self.call_timeout_ms {
             topology.call_timeout_ms = timeout;
-            topology.validate()?;
         }
-        Ok(Some(topology))
+        topology.validate()?;
+        Ok(Some((topology, location)))
+    }
+
+    /// QUORUMLOCK_CONFIG, ./quorumlock.toml, the user's file, the system's file, then the
+    /// lab running in `lab_dir`.
+    fn search(lab_dir: &Path) -> anyhow::Result<Option<ConfigLocation>> {
+        if let Some(location) = ConfigLocation::discover(|name| std::env::var(name).ok())? {
+            return Ok(Some(location));
+        }
+        Ok(Lab::open(lab_dir).ok().map(|lab| ConfigLocation {
+            path: lab.config_path(),
+            source: ConfigSource::RunningLab,
+        }))
+    }
+
+    /// The file the search finds with the default lab directory (or QUORUMLOCK_LAB_DIR), for
+    /// `--help`.
+    fn default_location() -> anyhow::Result<Option<ConfigLocation>> {
+        let lab_dir = std::env::var_os("QUORUMLOCK_LAB_DIR")
+            .map_or_else(|| PathBuf::from(".quorumlock/lab"), PathBuf::from);
+        Self::search(&lab_dir)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn cli_definition_is_consistent() {

@@ -20,7 +20,7 @@ use crate::mcp::{
 
 const AFTER_HELP: &str = "Without --http the server speaks MCP on stdin/stdout (logs go to stderr), for MCP clients that start it as a subprocess.
 With --http it serves streamable HTTP at http://ADDR/mcp, plus /healthz (no token) and /metrics (Prometheus).
-HTTP requires a bearer token from QUORUMLOCK_MCP_TOKEN or --token-file, except on a loopback address.
+HTTP requires a bearer token from QUORUMLOCK_MCP_TOKEN or --token-file (one of them, not both), except on a loopback address.
 Once listening it prints `quorumlock mcp listening on http://HOST:PORT/mcp` on stderr.
 
 Examples:
@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// Serve streamable HTTP on ADDR (e.g. 127.0.0.1:8848; port 0 picks a free one) instead of stdio.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
-    /// File holding the HTTP bearer token (default: the QUORUMLOCK_MCP_TOKEN environment variable).
+    /// File holding the HTTP bearer token, instead of the QUORUMLOCK_MCP_TOKEN environment
+    /// variable (setting both is an error).
     #[arg(long, value_name = "FILE", requires = "http")]
     token_file: Option<PathBuf>,
     /// Host header accepted on /mcp and /metrics, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
@@ -89,6 +90,9 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         return run_bench(args, &topology).await;
     }
     // Settings are checked before connecting, so a bad flag fails at once.
+    if args.token_file.is_some() && std::env::var_os(BearerToken::ENV).is_some() {
+        return Err(TokenTwice.into());
+    }
     let http = match &args.http {
         Some(listen) => Some(HttpOptions {
             listen: listen.clone(),
@@ -126,6 +130,13 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
     locks.close().await;
     Ok(exit::OK)
 }
+
+/// The bearer token was given both ways; which one was meant is unclear.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "token_file: --token-file and QUORUMLOCK_MCP_TOKEN are both set; give the bearer token one way (unset QUORUMLOCK_MCP_TOKEN, or drop --token-file)"
+)]
+pub(crate) struct TokenTwice;
 
 /// Resolves on SIGTERM or Ctrl-C.
 async fn termination() {

@@ -26,6 +26,9 @@ impl std::fmt::Debug for BearerToken {
 }
 
 impl BearerToken {
+    /// The environment variable [`BearerToken::load`] reads without a file.
+    pub const ENV: &'static str = TOKEN_ENV;
+
     /// A token from its text; surrounding whitespace (a trailing newline in a file) is dropped.
     pub fn new(secret: &str) -> Result<BearerToken, ServeError> {
         let secret = secret.trim();

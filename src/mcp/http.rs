@@ -21,10 +21,10 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{BearerToken, require_bearer};
-use super::handler::{LockServer, Transport};
+use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
 use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
-use super::metrics::{CONTENT_TYPE, Metrics};
+use super::metrics::CONTENT_TYPE;
 use super::{McpServer, RELEASE_ON_SHUTDOWN_TIMEOUT, ServeError};
 
 /// Largest request body accepted on `/mcp`. Big enough that a 1 MB argument reaches argument
@@ -110,7 +110,7 @@ pub async fn serve_http(
         ));
     let metrics_route = Router::new().route(
         "/metrics",
-        get(metrics).with_state(Arc::clone(&server.shared.metrics)),
+        get(metrics).with_state(Arc::clone(&server.shared)),
     );
     let protected = mcp
         .merge(metrics_route)
@@ -151,8 +151,12 @@ async fn healthz() -> Response {
         .into_response()
 }
 
-async fn metrics(State(metrics): State<Arc<Metrics>>) -> Response {
-    match metrics.encode() {
+/// Each scrape probes every group first, so the quorum and group series are as fresh as the
+/// scrape (the probe takes about one call timeout when a group does not answer).
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
+    let health = shared.locks.health().await;
+    shared.metrics.record_health(&health);
+    match shared.metrics.encode() {
         Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
         Err(error) => (
             StatusCode::INTERNAL_SERVER_ERROR,

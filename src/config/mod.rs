@@ -1,9 +1,16 @@
 //! Topology configuration: which master groups vote, how to reach them, and the timing knobs
 //! of the protocol (per-call timeout, clock-drift allowance, retry delay, key prefix).
 //!
-//! The file is TOML; environment variables (`QUORUMLOCK_*`) override it and command-line flags
-//! override both. Every error names the key that is wrong and what was expected, because the
-//! person reading it is usually editing that file right now.
+//! The file is TOML. Reading it never reads the process environment: [`Topology::with_env`]
+//! does, on request, applying `QUORUMLOCK_*` overrides and reading passwords kept in files or
+//! environment variables ([`secrets`]); command-line flags override both. [`discovery`] finds
+//! the file. Every error names the key that is wrong and what was expected, because the person
+//! reading it is usually editing that file right now.
+
+mod discovery;
+mod secrets;
+
+pub use discovery::{ConfigLocation, ConfigSource};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -102,15 +109,28 @@ pub struct GroupConfig {
     /// Redis ACL username for the master.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
-    /// Redis password for the master.
+    /// Redis password for the master, inline. Prefer `password_file` or `password_env`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
+    /// File whose contents (without a trailing newline) are the master's password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_file: Option<PathBuf>,
+    /// Environment variable that holds the master's password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password_env: Option<String>,
     /// ACL username for the Sentinels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sentinel_username: Option<String>,
-    /// Password for the Sentinels.
+    /// Password for the Sentinels, inline. Prefer `sentinel_password_file` or
+    /// `sentinel_password_env`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sentinel_password: Option<String>,
+    /// File whose contents (without a trailing newline) are the Sentinels' password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_password_file: Option<PathBuf>,
+    /// Environment variable that holds the Sentinels' password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel_password_env: Option<String>,
 }
 
 /// How to reach one group, once validated.
@@ -187,32 +207,44 @@ impl Topology {
         }
     }
 
-    /// Reads and validates a TOML file, then applies `QUORUMLOCK_*` environment overrides.
+    /// Reads and checks a TOML file. It does not read the environment: passwords named by
+    /// `password_file`/`password_env` stay unread until [`Topology::resolve_secrets`] or
+    /// [`Topology::with_env`], and `QUORUMLOCK_*` overrides apply only through those.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        let mut topology = Self::from_toml(&text).map_err(|error| match error {
+        let topology = Self::from_toml(&text).map_err(|error| match error {
             ConfigError::Parse { message, .. } => ConfigError::Parse {
                 path: path.to_path_buf(),
                 message,
             },
             other => other,
         })?;
-        topology.apply_overrides(|name| std::env::var(name).ok())?;
         Ok(topology)
     }
 
-    /// Parses and validates TOML text (no environment overrides).
+    /// Parses and checks TOML text (no environment overrides, no secrets read).
     pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
         let topology: Topology = toml::from_str(text).map_err(|error| ConfigError::Parse {
             path: PathBuf::from("<text>"),
             message: error.to_string(),
         })?;
-        topology.validate()?;
+        topology.check()?;
         Ok(topology)
+    }
+
+    /// What a command-line tool wants: reads every secret from its file or the process
+    /// environment ([`Topology::resolve_secrets`]), then applies the `QUORUMLOCK_*`
+    /// environment overrides ([`Topology::apply_overrides`]). The one call that reads the
+    /// process environment.
+    pub fn with_env(mut self) -> Result<Self, ConfigError> {
+        let env = |name: &str| std::env::var(name).ok();
+        self.resolve_secrets(env)?;
+        self.apply_overrides(env)?;
+        Ok(self)
     }
 
     /// Renders the topology as TOML (used by the lab to write its config file).
@@ -221,7 +253,7 @@ impl Topology {
         toml::to_string_pretty(self).unwrap_or_default()
     }
 
-    /// Applies overrides read through `lookup` (the environment, in production), then validates.
+    /// Applies overrides read through `lookup` (the environment, in production), then checks.
     pub fn apply_overrides(
         &mut self,
         lookup: impl Fn(&str) -> Option<String>,
@@ -247,11 +279,19 @@ impl Topology {
         if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
             self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
         }
-        self.validate()
+        self.check()
     }
 
-    /// Checks every key; the first problem found is returned with its key.
+    /// Checks every key, and that every secret named by a `*_file` or `*_env` key has been
+    /// read ([`Topology::resolve_secrets`]): a topology must pass this to connect. The first
+    /// problem found is returned with its key.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.check()?;
+        self.check_secrets_resolved()
+    }
+
+    /// Checks every key; secrets may still be unread.
+    fn check(&self) -> Result<(), ConfigError> {
         if self.key_prefix.is_empty() || self.key_prefix.chars().any(char::is_control) {
             return Err(invalid(
                 "key_prefix",
@@ -332,6 +372,7 @@ impl Topology {
         let mut masters = std::collections::HashMap::new();
         for (index, group) in self.groups.iter().enumerate() {
             let endpoint = group.endpoint_at(index)?;
+            group.check_secret_sources(index)?;
             if !names.insert(group.name.as_str()) {
                 return Err(invalid(
                     format!("groups[{index}].name"),
