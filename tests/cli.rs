@@ -573,3 +573,153 @@ async fn hold_keeps_a_permit_renewed_until_ctrl_c_releases_it() {
     let status = fx.locks.semaphore_status("kept:sem").await.expect("status");
     assert!(status.holders.is_empty(), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_a_semaphore_in_use_as_one_entry_with_its_holders() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let lock = fx
+        .locks
+        .acquire("api:deploy")
+        .owner("carol")
+        .await
+        .expect("lock");
+    let mut permits = Vec::new();
+    for owner in ["worker-1", "worker-2"] {
+        permits.push(
+            fx.locks
+                .acquire_permit("api:search", 3)
+                .owner(owner)
+                .purpose("crawl")
+                .await
+                .expect("permit"),
+        );
+    }
+
+    let listed = quorumlock(&config, &["--json", "list", "api:"]).await;
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let list: serde_json::Value = serde_json::from_str(&stdout(&listed)).expect("list JSON");
+    let locks = list["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 1, "no rows for permits: {list}");
+    assert_eq!(locks[0]["resource"], "api:deploy");
+    let semaphores = list["semaphores"].as_array().expect("semaphores");
+    assert_eq!(semaphores.len(), 1, "{list}");
+    assert_eq!(semaphores[0]["name"], "api:search");
+    assert_eq!(semaphores[0]["permits"], 3);
+    let holders = semaphores[0]["holders"].as_array().expect("holders");
+    assert_eq!(holders.len(), 2, "{list}");
+    assert!(
+        holders.iter().all(|h| h["purpose"] == "crawl"
+            && h["remaining_ms"].as_u64().is_some_and(|ms| ms > 0)
+            && h["fencing_token"].as_u64().is_some()),
+        "{list}"
+    );
+
+    let table = quorumlock(&config, &["list", "api:"]).await;
+    assert_eq!(table.status.code(), Some(0), "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.lines().any(|l| l.starts_with("RESOURCE")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("SEMAPHORE") && l.contains("HELD")),
+        "{text}"
+    );
+    let entry: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("api:search"))
+        .collect();
+    assert_eq!(entry.len(), 1, "one entry for the semaphore: {text}");
+    assert!(entry[0].contains(" 2/3 "), "{text}");
+    for owner in ["worker-1", "worker-2"] {
+        assert!(text.lines().any(|l| l.contains(owner)), "{owner}: {text}");
+    }
+    assert!(!text.contains("permit:"), "no key names: {text}");
+
+    for permit in permits {
+        permit.release().await.expect("release");
+    }
+    let after = quorumlock(&config, &["list", "api:"]).await;
+    let text = stdout(&after);
+    assert!(!text.contains("SEMAPHORE"), "{text}");
+    lock.release().await.expect("release");
+}
+
+/// The next frame of a `--json watch` that satisfies `wanted`, within 20 s.
+async fn frame_where(
+    lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let found = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await.expect("read watch") {
+            let frame: serde_json::Value = serde_json::from_str(&line).expect("a JSON frame");
+            if wanted(&frame) {
+                return Some(frame);
+            }
+        }
+        None
+    })
+    .await;
+    found
+        .expect("watch showed the expected frame in time")
+        .expect("watch ended early")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_on_a_semaphore_shows_permit_holders_coming_and_going() {
+    let fx = plain_lab().await;
+    let mut watch = Command::new(BIN)
+        .arg("--config")
+        .arg(fx.lab.config_path())
+        .args(["--json", "watch", "api:search", "--interval-ms", "100"])
+        .env_remove("QUORUMLOCK_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn watch");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    let owners = |frame: &serde_json::Value| -> Vec<String> {
+        frame["semaphore"]["holders"]
+            .as_array()
+            .map(|holders| {
+                holders
+                    .iter()
+                    .filter_map(|h| h["owner"].as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let first = fx
+        .locks
+        .acquire_permit("api:search", 2)
+        .owner("worker-1")
+        .await
+        .expect("permit");
+    let frame = frame_where(&mut lines, |f| owners(f) == ["worker-1"]).await;
+    assert_eq!(frame["semaphore"]["permits"], 2, "{frame}");
+    assert_eq!(frame["resource"], "api:search");
+
+    let second = fx
+        .locks
+        .acquire_permit("api:search", 2)
+        .owner("worker-2")
+        .await
+        .expect("permit");
+    frame_where(&mut lines, |f| owners(f).len() == 2).await;
+
+    first.release().await.expect("release");
+    frame_where(&mut lines, |f| owners(f) == ["worker-2"]).await;
+    second.release().await.expect("release");
+    let frame = frame_where(&mut lines, |f| {
+        f["semaphore"].is_object() && owners(f).is_empty()
+    })
+    .await;
+    assert_eq!(frame["semaphore"]["holders"], serde_json::json!([]));
+
+    let pid = watch.id().expect("pid") as i32;
+    // SAFETY: kill(2) on the child this test spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = watch.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0));
+}

@@ -217,6 +217,83 @@ async fn list_locks_lists_held_locks_by_prefix_and_says_when_the_limit_truncates
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_locks_lists_a_semaphore_in_use_as_one_entry_with_its_holders() {
+    tool_contract("list_locks", async |client, tool| {
+        let description = tool.description.as_deref().unwrap_or_default();
+        assert!(description.contains("semaphores"), "{description}");
+        let schema = serde_json::to_value(tool.output_schema.as_ref().expect("output schema"))
+            .expect("schema");
+        assert!(
+            schema["properties"]["semaphores"].is_object(),
+            "list_locks declares semaphores: {schema}"
+        );
+        // The server's instructions tell the model of sets, semaphores and the listing.
+        let instructions = client
+            .peer_info()
+            .and_then(|info| info.instructions.clone())
+            .unwrap_or_default();
+        for word in ["resources", "permits", "list_locks"] {
+            assert!(instructions.contains(word), "{word}: {instructions}");
+        }
+
+        acquire_contract_lock(client).await;
+        let mut tokens = Vec::new();
+        for owner in ["agent-2", "agent-3"] {
+            let granted = ok(
+                client,
+                "acquire_lock",
+                json!({"resource": "contract:api", "permits": 3, "owner": owner, "purpose": "search"}),
+            )
+            .await;
+            tokens.push(str_of(&granted, "token").to_string());
+        }
+
+        let result = call(client, "list_locks", json!({"prefix": "contract:"})).await;
+        let summary = text(&result);
+        assert!(
+            summary.contains("1 lock held")
+                && summary.contains("1 semaphore in use (contract:api: 2 of 3 permits held)"),
+            "{summary}"
+        );
+        let list = result.structured_content.expect("structured");
+        // The lock alone under locks: no row for the semaphore's permits.
+        let locks: Vec<&Value> = list["locks"].as_array().expect("locks").iter().collect();
+        assert_eq!(locks.len(), 1, "{list}");
+        assert_eq!(locks[0]["resource"], json!("contract:a"));
+        let semaphores = list["semaphores"].as_array().expect("semaphores");
+        assert_eq!(semaphores.len(), 1, "{list}");
+        assert_eq!(semaphores[0]["name"], json!("contract:api"));
+        assert_eq!(semaphores[0]["permits"], json!(3));
+        let holders = semaphores[0]["holders"].as_array().expect("holders");
+        let mut owners: Vec<&str> = holders
+            .iter()
+            .map(|h| h["owner"].as_str().expect("owner"))
+            .collect();
+        owners.sort_unstable();
+        assert_eq!(owners, ["agent-2", "agent-3"]);
+        assert!(
+            holders.iter().all(|h| h["purpose"] == json!("search")
+                && u64_of(h, "remaining_ms") > 0
+                && u64_of(h, "fencing_token") > 0
+                && h["permit"].as_u64().is_some_and(|p| p < 3)),
+            "{holders:?}"
+        );
+        // The limit counts a semaphore as one entry.
+        let limited = ok(client, "list_locks", json!({"prefix": "contract:", "limit": 1})).await;
+        assert_eq!(limited["truncated"], json!(true), "{limited}");
+
+        for token in &tokens {
+            let released = release(client, "contract:api", token).await;
+            assert_eq!(released["released"], json!(true), "{released}");
+        }
+        let after = ok(client, "list_locks", json!({"prefix": "contract:"})).await;
+        assert_eq!(after["semaphores"], json!([]), "{after}");
+        assert_eq!(after["locks"].as_array().map(Vec::len), Some(1));
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_health_reports_the_quorum_and_every_group_reachable_with_its_latency() {
     tool_contract("cluster_health", async |client, _| {
         let health = ok(client, "cluster_health", json!({})).await;

@@ -258,3 +258,69 @@ async fn a_permit_count_that_disagrees_or_is_out_of_bounds_is_refused_naming_the
     assert_eq!(status.holders.len(), 1, "{status:?}");
     drop(held);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_in_use_is_one_entry_in_list_with_its_holders() {
+    let fx = plain_lab().await;
+    let lock = fx
+        .locks
+        .acquire("api:deploy")
+        .owner("carol")
+        .await
+        .expect("lock");
+    let mut permits = Vec::new();
+    for owner in ["worker-1", "worker-2"] {
+        permits.push(
+            fx.locks
+                .acquire_permit("api:search", 3)
+                .ttl(5_000 * MS)
+                .owner(owner)
+                .purpose("crawl")
+                .await
+                .expect("permit"),
+        );
+    }
+    // A semaphore whose name looks like a slot key is still listed by its own name.
+    let odd = fx
+        .locks
+        .acquire_permit("api:x}:permit:7", 1)
+        .owner("worker-3")
+        .await
+        .expect("permit of the oddly named semaphore");
+
+    let list = fx.locks.list("api:", 100).await.expect("list");
+    let locks: Vec<&str> = list.locks.iter().map(|l| l.resource.as_str()).collect();
+    assert_eq!(locks, ["api:deploy"], "no rows for permits: {list:?}");
+    let names: Vec<&str> = list.semaphores.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["api:search", "api:x}:permit:7"]);
+    let search = &list.semaphores[0];
+    assert_eq!(search.permits, Some(3));
+    let mut owners: Vec<&str> = search
+        .holders
+        .iter()
+        .map(|h| h.holder.owner.as_deref().expect("owner"))
+        .collect();
+    owners.sort_unstable();
+    assert_eq!(owners, ["worker-1", "worker-2"]);
+    assert!(search.holders.iter().all(|h| {
+        h.holder.purpose.as_deref() == Some("crawl")
+            && h.holder.remaining_ms > 0
+            && h.fencing_token.is_some()
+    }));
+    assert!(!list.truncated);
+
+    // A semaphore counts as one entry against the limit.
+    let limited = fx.locks.list("api:", 2).await.expect("list");
+    assert_eq!(limited.locks.len() + limited.semaphores.len(), 2);
+    assert!(limited.truncated);
+
+    // Released permits leave no entry, though the groups keep the count.
+    for permit in permits {
+        permit.release().await.expect("release");
+    }
+    odd.release().await.expect("release");
+    let after = fx.locks.list("api:", 100).await.expect("list");
+    assert!(after.semaphores.is_empty(), "{after:?}");
+    assert_eq!(after.locks.len(), 1);
+    lock.release().await.expect("release");
+}

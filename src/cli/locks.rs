@@ -1,7 +1,8 @@
 //! The lock commands for people: status, list, acquire (optionally held until Ctrl-C),
 //! release, extend, force-release and a live watch. Acquire, release and extend take one
 //! resource or several: several are one lease, taken all or nothing. `acquire --permits N`
-//! takes one permit of a semaphore instead, and `status` shows a semaphore's holders.
+//! takes one permit of a semaphore instead; `status` and `watch` show a semaphore's holders,
+//! and `list` every semaphore with a permit held.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -27,12 +28,14 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Clone, Args)]
-#[command(after_help = "Examples:\n  quorumlock list\n  quorumlock list jobs: --limit 20")]
+#[command(
+    after_help = "Locks are listed first, then semaphores with a permit held: one entry each, with its\npermits held of its count and a row per holder (--json: `semaphores`, beside `locks`).\n\nExamples:\n  quorumlock list\n  quorumlock list jobs: --limit 20"
+)]
 pub struct ListArgs {
     /// Only resources whose name starts with this.
     #[arg(default_value = "")]
     prefix: String,
-    /// At most this many locks.
+    /// At most this many locks and semaphores together.
     #[arg(long, default_value_t = 100)]
     limit: usize,
 }
@@ -108,13 +111,13 @@ pub struct ForceReleaseArgs {
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  quorumlock watch db:migrations\n  quorumlock watch --all --interval-ms 1000"
+    after_help = "A name that is also a semaphore in use shows its permits and their holders under the lock\nview, as `status` does, so holders are seen coming and going (--json: one status a line,\nwith `semaphore`). --all shows every lock and every semaphore with a permit held.\n\nExamples:\n  quorumlock watch db:migrations\n  quorumlock watch api:search        # a semaphore's permit holders\n  quorumlock watch --all --interval-ms 1000"
 )]
 pub struct WatchArgs {
-    /// The lock to watch.
+    /// The lock (or semaphore) to watch.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     resource: Option<String>,
-    /// Watch every current lock instead.
+    /// Watch every current lock and semaphore instead.
     #[arg(long)]
     all: bool,
     /// Refresh interval in milliseconds.
@@ -233,11 +236,11 @@ fn semaphore_table(semaphore: &SemaphoreStatus, permits: u32) -> String {
     text
 }
 
-pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Result<u8> {
-    let (status, semaphore) = tokio::join!(
-        locks.status(&args.resource),
-        locks.semaphore_status(&args.resource)
-    );
+/// A lock and, when the name is also a semaphore in use, its permits: as JSON (the
+/// semaphore under `semaphore`) or as tables.
+async fn status_view(locks: &Locks, resource: &str, json: bool) -> anyhow::Result<StatusView> {
+    let (status, semaphore) =
+        tokio::join!(locks.status(resource), locks.semaphore_status(resource));
     let status = status?;
     // The name is a semaphore in use when a majority keeps a permit count for it.
     let semaphore = semaphore?;
@@ -249,30 +252,87 @@ pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Res
         {
             object.insert("semaphore".into(), serde_json::to_value(&semaphore)?);
         }
-        output::json(&view)?;
-    } else {
-        print!("{}", status_table(&status, locks.quorum()));
-        if let Some(permits) = permits {
-            print!("\n{}", semaphore_table(&semaphore, permits));
-        }
+        return Ok(StatusView::Json(view));
+    }
+    let mut text = status_table(&status, locks.quorum());
+    if let Some(permits) = permits {
+        text.push('\n');
+        text.push_str(&semaphore_table(&semaphore, permits));
+    }
+    Ok(StatusView::Text(text))
+}
+
+/// One rendering of [`status_view`].
+enum StatusView {
+    Json(serde_json::Value),
+    Text(String),
+}
+
+pub async fn status(locks: &Locks, args: &StatusArgs, json: bool) -> anyhow::Result<u8> {
+    match status_view(locks, &args.resource, json).await? {
+        StatusView::Json(view) => output::json(&view)?,
+        StatusView::Text(text) => print!("{text}"),
     }
     Ok(exit::OK)
 }
 
 fn list_table(list: &crate::LockList) -> String {
-    if list.locks.is_empty() {
+    if list.locks.is_empty() && list.semaphores.is_empty() {
         return "no locks held\n".to_string();
     }
-    let rows = list.locks.iter().map(|l| {
-        [
-            l.resource.clone(),
-            or_dash(l.owner.as_ref()),
-            or_dash(l.purpose.as_ref()),
-            duration_ms(l.remaining_ms),
-            or_dash(l.fencing_token),
-        ]
-    });
-    let mut text = output::table(["RESOURCE", "OWNER", "PURPOSE", "REMAINING", "FENCE"], rows);
+    let mut text = String::new();
+    if !list.locks.is_empty() {
+        let rows = list.locks.iter().map(|l| {
+            [
+                l.resource.clone(),
+                or_dash(l.owner.as_ref()),
+                or_dash(l.purpose.as_ref()),
+                duration_ms(l.remaining_ms),
+                or_dash(l.fencing_token),
+            ]
+        });
+        text.push_str(&output::table(
+            ["RESOURCE", "OWNER", "PURPOSE", "REMAINING", "FENCE"],
+            rows,
+        ));
+    }
+    if !list.semaphores.is_empty() {
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        // One entry per semaphore: its name and count on its first holder's row.
+        let rows = list.semaphores.iter().flat_map(|s| {
+            let held = format!(
+                "{}/{}",
+                s.holders.len(),
+                s.permits.map_or_else(|| "?".to_string(), |p| p.to_string())
+            );
+            s.holders.iter().enumerate().map(move |(index, h)| {
+                let first = index == 0;
+                [
+                    if first { s.name.clone() } else { String::new() },
+                    if first { held.clone() } else { String::new() },
+                    h.permit.to_string(),
+                    or_dash(h.holder.owner.as_ref()),
+                    or_dash(h.holder.purpose.as_ref()),
+                    duration_ms(h.holder.remaining_ms),
+                    or_dash(h.fencing_token),
+                ]
+            })
+        });
+        text.push_str(&output::table(
+            [
+                "SEMAPHORE",
+                "HELD",
+                "PERMIT",
+                "OWNER",
+                "PURPOSE",
+                "REMAINING",
+                "FENCE",
+            ],
+            rows,
+        ));
+    }
     if list.truncated {
         text.push_str("(more locks match: raise --limit)\n");
     }
@@ -541,14 +601,10 @@ pub async fn watch(locks: &Locks, args: &WatchArgs, json: bool) -> anyhow::Resul
             _ = ticks.tick() => {}
         }
         let frame = match &args.resource {
-            Some(resource) if !args.all => {
-                let status = locks.status(resource).await?;
-                if json {
-                    serde_json::to_string(&status)?
-                } else {
-                    status_table(&status, locks.quorum())
-                }
-            }
+            Some(resource) if !args.all => match status_view(locks, resource, json).await? {
+                StatusView::Json(view) => serde_json::to_string(&view)?,
+                StatusView::Text(text) => text,
+            },
             _ => {
                 let list = locks.list("", 1000).await?;
                 if json {

@@ -1,4 +1,5 @@
-//! Read-only views of locks: one lock as each group sees it, and the current locks.
+//! Read-only views of locks: one lock as each group sees it, and the current locks and
+//! semaphores.
 
 use std::collections::HashMap;
 
@@ -10,6 +11,7 @@ use crate::engine::error::{Error, Holder};
 use crate::engine::fan_out::fan_out;
 use crate::engine::locks::{Locks, OwnerRecord};
 use crate::engine::resource::{ResourceKeys, validate_resource};
+use crate::engine::semaphore::SemaphoreStatus;
 use crate::group::reply::Reply;
 use crate::group::reply::text;
 use crate::group::scripts;
@@ -127,12 +129,38 @@ pub struct ListedLock {
     pub fencing_token: Option<u64>,
 }
 
-/// Current locks whose name starts with a prefix.
+/// Current locks and semaphores whose name starts with a prefix.
 #[derive(Debug, Clone, Serialize)]
 pub struct LockList {
     pub locks: Vec<ListedLock>,
-    /// True when more locks matched than `limit`.
+    /// Semaphores with at least one permit held, one entry each: the permit count and who
+    /// holds which permit. Sorted by name.
+    pub semaphores: Vec<SemaphoreStatus>,
+    /// True when more locks and semaphores matched than `limit`.
     pub truncated: bool,
+}
+
+/// What a listing found a key of: a lock, or a slot of a semaphore.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Candidate {
+    Lock(String),
+    Semaphore(String),
+}
+
+impl Candidate {
+    fn name(&self) -> &str {
+        match self {
+            Candidate::Lock(name) | Candidate::Semaphore(name) => name,
+        }
+    }
+}
+
+/// What the quorum says of a candidate.
+enum Listed {
+    Lock(ListedLock),
+    Semaphore(SemaphoreStatus),
+    /// Not held on a majority (a key some group still has).
+    Free,
 }
 
 /// Largest `limit` accepted by [`Locks::list`].
@@ -306,8 +334,9 @@ impl Locks {
         })
     }
 
-    /// Locks held on a majority whose resource name starts with `prefix`, sorted by name,
-    /// at most `limit` of them. Advisory, like [`Locks::status`].
+    /// Locks held on a majority whose resource name starts with `prefix`, and semaphores of
+    /// that name with a permit held on a majority, sorted by name, at most `limit` of them
+    /// together. Advisory, like [`Locks::status`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<LockList, Error> {
         if prefix.chars().any(char::is_control) {
             return Err(Error::invalid(
@@ -323,61 +352,125 @@ impl Locks {
         }
         let engine = &self.engine;
         let key_prefix = format!("{}:{{", engine.topology.key_prefix);
-        let pattern = format!(
-            "{}{}*}}:lock",
-            glob_escape(&key_prefix),
-            glob_escape(prefix)
+        let start = format!("{}{}*", glob_escape(&key_prefix), glob_escape(prefix));
+        // Locks are `<prefix>:{<name>}:lock`; a semaphore's slots `<prefix>:{<name>}:permit:<n>`
+        // (the same pattern also finds their `:fence` keys, which are skipped).
+        let (locks_pattern, slots_pattern) =
+            (format!("{start}}}:lock"), format!("{start}}}:permit:*"));
+        let (lock_keys, slot_keys) = tokio::join!(
+            fan_out(
+                &engine.groups,
+                |group| group.scan_keys(&locks_pattern, MAX_SCAN_KEYS),
+                |_| false,
+            ),
+            fan_out(
+                &engine.groups,
+                |group| group.scan_keys(&slots_pattern, MAX_SCAN_KEYS),
+                |_| false,
+            )
         );
-        let replies = fan_out(
-            &engine.groups,
-            |group| group.scan_keys(&pattern, MAX_SCAN_KEYS),
-            |_| false,
-        )
-        .await;
-        let mut seen: HashMap<String, usize> = HashMap::new();
-        for keys in replies
-            .into_iter()
-            .flatten()
-            .filter_map(|reply| match reply {
-                Reply::Answer(keys) => Some(keys),
-                _ => None,
-            })
-        {
-            for key in keys {
-                if let Some(resource) = key
-                    .strip_prefix(&key_prefix)
-                    .and_then(|rest| rest.strip_suffix("}:lock"))
-                {
-                    *seen.entry(resource.to_string()).or_default() += 1;
-                }
+        let answered = |replies: Vec<Option<Reply<Vec<String>>>>| {
+            replies
+                .into_iter()
+                .flatten()
+                .filter_map(|reply| match reply {
+                    Reply::Answer(keys) => Some(keys),
+                    _ => None,
+                })
+                .flatten()
+                .collect::<Vec<String>>()
+        };
+        let mut candidates: Vec<Candidate> = Vec::new();
+        for key in answered(lock_keys) {
+            if let Some(name) = key
+                .strip_prefix(&key_prefix)
+                .and_then(|rest| rest.strip_suffix("}:lock"))
+            {
+                candidates.push(Candidate::Lock(name.to_string()));
             }
         }
-        let mut candidates: Vec<String> = seen.into_keys().collect();
-        candidates.sort();
+        for key in answered(slot_keys) {
+            if let Some(name) = key.strip_prefix(&key_prefix).and_then(semaphore_of_slot) {
+                candidates.push(Candidate::Semaphore(name.to_string()));
+            }
+        }
+        candidates.sort_by(|a, b| a.name().cmp(b.name()).then_with(|| a.cmp(b)));
+        candidates.dedup();
         // A key on some group is only a candidate: the quorum decides whether it is held.
         let mut statuses = futures::stream::iter(candidates)
-            .map(|resource| async move { self.status(&resource).await })
+            .map(|candidate| async move {
+                Ok::<_, Error>(match candidate {
+                    Candidate::Lock(resource) => {
+                        let status = self.status(&resource).await?;
+                        match (status.held, status.holder) {
+                            (true, holder) => {
+                                let holder = holder.unwrap_or_default();
+                                Listed::Lock(ListedLock {
+                                    resource: status.resource,
+                                    owner: holder.owner,
+                                    purpose: holder.purpose,
+                                    remaining_ms: holder.remaining_ms,
+                                    fencing_token: status.fencing_token,
+                                })
+                            }
+                            (false, _) => Listed::Free,
+                        }
+                    }
+                    Candidate::Semaphore(name) => {
+                        let semaphore = self.semaphore_status(&name).await?;
+                        if semaphore.holders.is_empty() {
+                            Listed::Free
+                        } else {
+                            Listed::Semaphore(semaphore)
+                        }
+                    }
+                })
+            })
             .buffered(LIST_CONCURRENCY);
-        let mut locks = Vec::new();
-        let mut truncated = false;
-        while let Some(status) = statuses.next().await {
-            let status = status?;
-            if !status.held {
+        let mut list = LockList {
+            locks: Vec::new(),
+            semaphores: Vec::new(),
+            truncated: false,
+        };
+        while let Some(listed) = statuses.next().await {
+            let listed = listed?;
+            if matches!(listed, Listed::Free) {
                 continue;
             }
-            if locks.len() == limit {
-                truncated = true;
+            if list.locks.len() + list.semaphores.len() == limit {
+                list.truncated = true;
                 break;
             }
-            let holder = status.holder.unwrap_or_default();
-            locks.push(ListedLock {
-                resource: status.resource,
-                owner: holder.owner,
-                purpose: holder.purpose,
-                remaining_ms: holder.remaining_ms,
-                fencing_token: status.fencing_token,
-            });
+            match listed {
+                Listed::Lock(lock) => list.locks.push(lock),
+                Listed::Semaphore(semaphore) => list.semaphores.push(semaphore),
+                Listed::Free => {}
+            }
         }
-        Ok(LockList { locks, truncated })
+        Ok(list)
+    }
+}
+
+/// The semaphore whose slot key this is (the key without `<prefix>:{`): `<name>}:permit:<n>`
+/// gives `name`; a slot's fence key, or any other key, gives `None`.
+fn semaphore_of_slot(rest: &str) -> Option<&str> {
+    let (name, slot) = rest.rsplit_once("}:permit:")?;
+    (!slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slot_key_names_its_semaphore_and_a_fence_key_names_none() {
+        assert_eq!(semaphore_of_slot("api}:permit:3"), Some("api"));
+        assert_eq!(
+            semaphore_of_slot("a}:permit:1}:permit:12"),
+            Some("a}:permit:1")
+        );
+        assert_eq!(semaphore_of_slot("api}:permit:3:fence"), None);
+        assert_eq!(semaphore_of_slot("api}:permit:"), None);
+        assert_eq!(semaphore_of_slot("api}:permits"), None);
     }
 }

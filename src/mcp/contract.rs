@@ -127,10 +127,10 @@ pub struct LockStatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListLocksArgs {
-    /// Only locks whose resource name starts with this text (default: all).
+    /// Only locks and semaphores whose name starts with this text (default: all).
     #[serde(default)]
     pub prefix: Option<String>,
-    /// Most locks to return, 1 to 10000 (default 100).
+    /// Most locks and semaphores to return together, 1 to 10000 (default 100).
     #[serde(default = "default_list_limit")]
     pub limit: i64,
 }
@@ -349,7 +349,12 @@ pub struct KeepaliveView {
 pub struct ListLocksResult {
     /// Held locks, sorted by resource name.
     pub locks: Vec<ListedLockView>,
-    /// True when more locks matched than `limit`.
+    /// Semaphores with at least one permit held, sorted by name, one entry each: `name`,
+    /// `permits` (its permit count; `holders` has one entry per permit held) and `holders`
+    /// (`permit`, `owner`, `purpose`, `remaining_ms`, `fencing_token`). When as many holders
+    /// as permits are listed, an acquire_lock with these permits will wait or be refused.
+    pub semaphores: Vec<SemaphoreView>,
+    /// True when more locks and semaphores matched than `limit`.
     pub truncated: bool,
 }
 

@@ -30,6 +30,9 @@ A lock is granted only when a majority of independent Redis groups agree. \
 Before touching a shared resource: call acquire_lock with a resource name everyone agrees on, your owner name and purpose. \
 If acquired, pass fencing_token with every write to the protected resource, finish within validity_ms (or extend_lock, or use keepalive: true for long work), then release_lock with the token. \
 If acquired is false, someone else holds it: do other work and retry after retry_after_ms. \
+When one piece of work changes several resources, take them all in one acquire_lock call with resources: you get all of them or none, and two agents never wait for each other forever. \
+When at most N agents may do something at once (call a rate-limited API, say), pass permits: N with the resource: you take one of its N permits, and release it with its token like a lock. \
+list_locks shows the locks held and the semaphores with permits held, to see what others are working on. \
 A tool error about quorum means the lock service itself is degraded: check cluster_health, and never proceed as if you held the lock.";
 
 /// What every handler instance shares.

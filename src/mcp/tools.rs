@@ -54,6 +54,7 @@ If this server keeps a keepalive lease on the resource, keepalive.state says whe
 Only a keepalive lease of your own session is shown.";
 
 const LIST_LOCKS: &str = "List the locks currently held, optionally only those whose resource name starts with prefix: resource, owner, purpose and time left. \
+Semaphores with a permit held are listed apart under semaphores, one entry each: its permit count and who holds which permit, with owner, purpose and time left. \
 Use it to see what other agents are working on. Advisory, like lock_status.";
 
 const CLUSTER_HEALTH: &str = "Check the lock service itself: whether enough Redis groups answer to grant locks (quorum_available), and each group's reachability and latency. \
@@ -524,23 +525,40 @@ impl LockServer {
             .list(&prefix, limit)
             .await
             .map_err(|error| self.failure(error))?;
-        let summary = format!(
-            "{} lock{} held{}{}",
+        let mut summary = format!(
+            "{} lock{} held",
             list.locks.len(),
             if list.locks.len() == 1 { "" } else { "s" },
-            if prefix.is_empty() {
-                String::new()
-            } else {
-                format!(" under `{prefix}`")
-            },
-            if list.truncated {
-                " (more exist: raise limit or narrow prefix)"
-            } else {
-                ""
-            }
         );
+        if !list.semaphores.is_empty() {
+            let each: Vec<String> = list
+                .semaphores
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}: {} of {} permits held",
+                        s.name,
+                        s.holders.len(),
+                        s.permits.unwrap_or_default()
+                    )
+                })
+                .collect();
+            summary.push_str(&format!(
+                ", {} semaphore{} in use ({})",
+                list.semaphores.len(),
+                if list.semaphores.len() == 1 { "" } else { "s" },
+                each.join("; ")
+            ));
+        }
+        if !prefix.is_empty() {
+            summary.push_str(&format!(" under `{prefix}`"));
+        }
+        if list.truncated {
+            summary.push_str(" (more exist: raise limit or narrow prefix)");
+        }
         let result = ListLocksResult {
             locks: list.locks,
+            semaphores: list.semaphores,
             truncated: list.truncated,
         };
         Reply::new(summary, &result)
