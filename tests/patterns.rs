@@ -309,6 +309,148 @@ async fn sigint_to_run_is_forwarded_to_the_command_and_the_lock_released() {
     assert!(next.is_ok(), "released, not left to its TTL: {next:?}");
 }
 
+/// A command for `run --permits`: writes its permit, token and fencing token to `seen`, says
+/// `ready`, and exits 0 on SIGINT.
+fn permit_holder(seen: &Path) -> String {
+    format!(
+        "trap 'kill $! 2>/dev/null; exit 0' INT; echo \"$QUORUMLOCK_RESOURCE $QUORUMLOCK_PERMIT $QUORUMLOCK_TOKEN $QUORUMLOCK_FENCING_TOKEN\" > '{}'; echo ready; sleep 60 >/dev/null 2>&1 & wait",
+        seen.display()
+    )
+}
+
+/// What a `permit_holder` wrote: (resource, permit, token, fencing token).
+fn permit_seen(seen: &Path) -> (String, u32, String, u64) {
+    let env = std::fs::read_to_string(seen).expect("the command wrote its environment");
+    let fields: Vec<&str> = env.split_whitespace().collect();
+    assert_eq!(fields.len(), 4, "{env:?}");
+    (
+        fields[0].to_string(),
+        fields[1].parse().expect("QUORUMLOCK_PERMIT is a number"),
+        fields[2].to_string(),
+        fields[3]
+            .parse()
+            .expect("QUORUMLOCK_FENCING_TOKEN is a number"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_permits_runs_at_most_n_commands_each_under_a_permit_of_its_own() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let (seen_a, seen_b) = (fx.path("a"), fx.path("b"));
+    let (script_a, script_b) = (permit_holder(&seen_a), permit_holder(&seen_b));
+    let mut first = Running::start(
+        &config,
+        &[
+            "api",
+            "--permits",
+            "2",
+            "--owner",
+            "a",
+            "--",
+            "sh",
+            "-c",
+            &script_a,
+        ],
+    );
+    first.said("ready").await;
+    let mut second = Running::start(
+        &config,
+        &[
+            "api",
+            "--permits",
+            "2",
+            "--owner",
+            "b",
+            "--",
+            "sh",
+            "-c",
+            &script_b,
+        ],
+    );
+    second.said("ready").await;
+
+    let (resource, permit_a, token_a, fence_a) = permit_seen(&seen_a);
+    let (_, permit_b, token_b, _) = permit_seen(&seen_b);
+    assert_eq!(resource, "api");
+    assert_ne!(permit_a, permit_b);
+    assert!(permit_a < 2 && permit_b < 2);
+    // The token is the permit's handle: it names the permit.
+    assert!(token_a.ends_with(&format!("-{permit_a}")), "{token_a}");
+    assert!(token_b.ends_with(&format!("-{permit_b}")), "{token_b}");
+    assert!(fence_a > 0);
+    let status = fx.locks.semaphore_status("api").await.expect("status");
+    assert_eq!(status.permits, Some(2));
+    let mut owners: Vec<&str> = status
+        .holders
+        .iter()
+        .map(|h| h.holder.owner.as_deref().expect("owner"))
+        .collect();
+    owners.sort_unstable();
+    assert_eq!(owners, ["a", "b"], "{status:?}");
+
+    // Both permits are taken: a third command is not run.
+    let marker = fx.path("third");
+    let touch = format!("touch '{}'", marker.display());
+    let denied = run_to_end(
+        &config,
+        &["api", "--permits", "2", "--", "sh", "-c", &touch],
+    )
+    .await;
+    assert_eq!(denied.status.code(), Some(1), "{}", text(&denied.stderr));
+    assert!(text(&denied.stderr).contains("not run"));
+    assert!(!marker.exists(), "the command must not have run");
+    // Nor under another count: exit 2 naming the field.
+    let differs = run_to_end(
+        &config,
+        &["api", "--permits", "3", "--", "sh", "-c", &touch],
+    )
+    .await;
+    assert_eq!(differs.status.code(), Some(2), "{}", text(&differs.stderr));
+    assert!(text(&differs.stderr).contains("permits"));
+    assert!(!marker.exists(), "the command must not have run");
+
+    // The first ends: its permit is released, and the next command gets it.
+    first.signal(libc::SIGINT);
+    let (status, stderr) = first.ended().await;
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("acquired permit {permit_a} of api (2 permits)"))
+            && stderr.contains("released api"),
+        "{stderr}"
+    );
+    let seen_c = fx.path("c");
+    let script_c = format!(
+        "echo \"$QUORUMLOCK_PERMIT $QUORUMLOCK_FENCING_TOKEN\" > '{}'; exit 4",
+        seen_c.display()
+    );
+    let third = run_to_end(
+        &config,
+        &["api", "--permits", "2", "--", "sh", "-c", &script_c],
+    )
+    .await;
+    assert_eq!(third.status.code(), Some(4), "{}", text(&third.stderr));
+    let env = std::fs::read_to_string(&seen_c).expect("the third command ran");
+    let fields: Vec<u64> = env
+        .split_whitespace()
+        .map(|f| f.parse().expect("a number"))
+        .collect();
+    assert_eq!(fields[0], u64::from(permit_a), "the freed permit: {env}");
+    assert!(
+        fields[1] > fence_a,
+        "the permit's fencing token grows: {env}"
+    );
+
+    second.signal(libc::SIGINT);
+    let (status, stderr) = second.ended().await;
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let status = fx.locks.semaphore_status("api").await.expect("status");
+    assert!(
+        status.holders.is_empty(),
+        "every permit released: {status:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lock_returns_the_work_output_and_releases_the_lock() {
     let fx = plain_lab().await;

@@ -1,8 +1,9 @@
 //! `quorumlock run RESOURCE -- CMD ARGS...`: holds a lock, renewed, for exactly as long as a
 //! command runs (like `flock` or `etcdctl lock NAME CMD`). It hands the command the lease in
 //! its environment, passes its exit code through, forwards Ctrl-C and SIGTERM to it, stops it
-//! when the lease is lost, and releases the lock when it ends. stdout belongs to the command:
-//! everything `run` says goes to stderr.
+//! when the lease is lost, and releases the lock when it ends. With `--permits N` it holds one
+//! permit of a semaphore instead, so at most N such commands run at once. stdout belongs to
+//! the command: everything `run` says goes to stderr.
 
 use std::ffi::OsString;
 use std::os::fd::AsRawFd;
@@ -18,6 +19,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use super::exit;
+use crate::engine::resource::parse_permit_handle;
 use crate::{LeaseEnd, Locks};
 
 const RUN_HELP: &str = "The command runs with QUORUMLOCK_RESOURCE, QUORUMLOCK_TOKEN and QUORUMLOCK_FENCING_TOKEN in its
@@ -28,15 +30,25 @@ was down, or held past max_hold_ms), the command gets SIGTERM, then SIGKILL afte
 and run exits 121. A lock that cannot be taken exits 1 (held) or 3 (quorum unavailable)
 without running the command. run prints only to stderr (one JSON object a line with --json).
 
+With --permits N, RESOURCE names a semaphore of N permits and the command runs under one of
+them, so at most N commands run at once (every caller must give the same N). The command
+also gets QUORUMLOCK_PERMIT (its permit, 0 to N-1); QUORUMLOCK_TOKEN names the permit, so
+release and extend take it as they take a lock's; the fencing token is the permit's own.
+
 Examples:
   quorumlock run db:migrations -- ./migrate.sh up
+  quorumlock run api:search --permits 4 --wait-ms 60000 -- ./crawl.sh   # at most 4 at once
   quorumlock run nightly --wait-ms 60000 --ttl-ms 30000 -- sh -c 'backup --fence \"$QUORUMLOCK_FENCING_TOKEN\"'";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = RUN_HELP)]
 pub struct RunArgs {
-    /// The resource to lock.
+    /// The resource to lock (with --permits: the semaphore).
     resource: String,
+    /// Run under one permit of the semaphore RESOURCE, which has N permits (1..=128; every
+    /// caller must give the same N), instead of under its lock.
+    #[arg(long, value_name = "N")]
+    permits: Option<u32>,
     /// Lease TTL in milliseconds; renewed every third of it while the command runs.
     #[arg(long, default_value_t = 15_000)]
     ttl_ms: u64,
@@ -85,8 +97,11 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         .purpose
         .clone()
         .unwrap_or_else(|| format!("run {}", program_name(program)));
-    let request = locks
-        .acquire(resource)
+    let request = match args.permits {
+        Some(permits) => locks.acquire_permit(resource, permits),
+        None => locks.acquire(resource),
+    };
+    let request = request
         .ttl(Duration::from_millis(args.ttl_ms))
         .wait(Duration::from_millis(args.wait_ms))
         .owner(args.owner.clone().unwrap_or_else(who_am_i))
@@ -106,21 +121,42 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         Some(()) = terminate.recv() => return interrupted(libc::SIGTERM),
     };
     let fence = kept.fencing_token();
+    // A permit's token ends in its slot.
+    let permit = args
+        .permits
+        .and_then(|_| Some(parse_permit_handle(kept.token())?.1));
+    let mut acquired = json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.ttl_ms});
+    // How messages name what is held: `the lock on R`, or `permit P of R (N permits)`.
+    let (held, the_hold) = match (permit, args.permits) {
+        (Some(slot), Some(permits)) => {
+            acquired["permit"] = json!(slot);
+            acquired["permits"] = json!(permits);
+            let named = format!("permit {slot} of {resource} ({permits} permits)");
+            (named.clone(), named)
+        }
+        _ => (resource.to_string(), format!("the lock on {resource}")),
+    };
     say.event(
-        json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.ttl_ms}),
+        acquired,
         format!(
-            "acquired {resource} with fencing token {fence}; running {}",
+            "acquired {held} with fencing token {fence}; running {}",
             shown(&args.command)
         ),
     );
 
-    let spawned = Command::new(program)
+    let mut command = Command::new(program);
+    command
         .args(&args.command[1..])
         .env("QUORUMLOCK_RESOURCE", resource)
         .env("QUORUMLOCK_TOKEN", kept.token())
         .env("QUORUMLOCK_FENCING_TOKEN", fence.to_string())
-        .kill_on_drop(true)
-        .spawn();
+        .kill_on_drop(true);
+    match permit {
+        Some(slot) => command.env("QUORUMLOCK_PERMIT", slot.to_string()),
+        // A value inherited from an enclosing `run --permits` would name no permit of ours.
+        None => command.env_remove("QUORUMLOCK_PERMIT"),
+    };
+    let spawned = command.spawn();
     let mut child = match spawned {
         Ok(child) => child,
         Err(error) => {
@@ -149,7 +185,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 let reason = describe(end);
                 say.event(
                     json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
-                    format!("lost the lock on {resource} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms", args.grace_ms),
+                    format!("lost {the_hold} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms", args.grace_ms),
                 );
                 send(&child, libc::SIGTERM);
                 lost = Some(reason);
@@ -184,7 +220,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         say.event(
             json!({"event": "ended", "resource": resource, "exit_code": exit::LEASE_LOST, "command_exit_code": code, "lease_lost": reason, "released": false}),
             format!(
-                "the command ended ({how}) after the lock on {resource} was lost; exiting {}",
+                "the command ended ({how}) after {the_hold} was lost; exiting {}",
                 exit::LEASE_LOST
             ),
         );
