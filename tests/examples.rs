@@ -1,8 +1,9 @@
 //! The examples run: each example binary runs against a lab of its own and must exit 0 and
 //! print what it set out to show. Each finds the lab by another of the ways the examples
-//! share (the lab directory, `QUORUMLOCK_CONFIG`, a path argument). Also: the README's Rust
-//! snippet is the top of examples/fenced_write.rs, and the bench's set rows cost a group one
-//! script call per acquire and one per release whatever the size of the set.
+//! share (the lab directory, `QUORUMLOCK_CONFIG`, a path argument). Also: every Rust snippet
+//! in the README is the top of an example (the first, of examples/fenced_write.rs), and the
+//! bench's set rows cost a group one script call per acquire and one per release whatever the
+//! size of the set.
 //!
 //! The binaries: `cargo build --examples` in the profile this test was built in, which costs
 //! nothing when `cargo test` already built them, and builds them under `cargo test --test
@@ -28,7 +29,12 @@ use quorumlock::bench::{BenchOptions, run as run_bench};
 const LOCK_PATIENCE: Duration = Duration::from_secs(60);
 /// How long it may wait for a lock when there are none (other builds hold it meanwhile).
 const LOCK_LIMIT: Duration = Duration::from_secs(900);
-const EXAMPLES: [&str; 3] = ["fenced_write", "keepalive", "several_resources"];
+const EXAMPLES: [&str; 4] = [
+    "fenced_write",
+    "keepalive",
+    "semaphore",
+    "several_resources",
+];
 /// An example that has not exited by then is killed and the test fails.
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -104,28 +110,72 @@ async fn several_resources_are_taken_all_or_nothing() {
     assert!(out.contains("released the set on "));
 }
 
-/// README.md's "Use it from Rust" snippet is examples/fenced_write.rs between its `README`
-/// lines, so it compiles with the examples.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_of_two_permits_never_lets_more_than_two_workers_in() {
+    let out = run_example("semaphore", Find::ConfigEnv).await;
+    let holding: Vec<&str> = out
+        .lines()
+        .filter(|line| line.contains(" holds a permit (fencing token "))
+        .collect();
+    assert_eq!(holding.len(), 6, "every worker got a permit in turn");
+    // The example counts the workers inside; each line says how many were in with it.
+    for line in &holding {
+        assert!(
+            line.ends_with("1 of 2 in use") || line.ends_with("2 of 2 in use"),
+            "{line}"
+        );
+    }
+    assert_eq!(out.matches(" released its permit").count(), 6);
+    assert!(out.contains("all 6 workers called the API; at most "));
+    assert!(out.contains("never more than 2"));
+    assert!(out.contains("api:search now: 0 of 2 permits held"));
+}
+
+/// Every Rust snippet in README.md is an example's part between its `README` lines, so each
+/// compiles with the examples; the "Use it from Rust" one is the top of
+/// examples/fenced_write.rs.
 #[test]
-fn the_readme_snippet_is_the_top_of_fenced_write() {
+fn every_rust_snippet_in_the_readme_is_the_top_of_an_example() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
-    let example =
-        std::fs::read_to_string(root.join("examples/fenced_write.rs")).expect("fenced_write.rs");
-    let snippet = readme
+    let mut marked: HashMap<String, String> = HashMap::new();
+    for entry in std::fs::read_dir(root.join("examples")).expect("examples/") {
+        let path = entry.expect("an entry of examples/").path();
+        if path.extension().is_none_or(|ext| ext != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("an example");
+        if let Some(part) = text
+            .split("// README: begin\n")
+            .nth(1)
+            .and_then(|rest| rest.split("// README: end").next())
+        {
+            marked.insert(part.to_string(), path.display().to_string());
+        }
+    }
+    let snippets: Vec<&str> = readme
+        .split("```rust\n")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .collect();
+    assert!(!snippets.is_empty(), "README.md has a Rust snippet");
+    for snippet in &snippets {
+        assert!(
+            marked.contains_key(*snippet),
+            "this README.md Rust snippet is no example's part between its README lines; copy it from the example, or remove it:\n{snippet}"
+        );
+    }
+    let first = readme
         .split("## Use it from Rust")
         .nth(1)
         .and_then(|section| section.split("```rust\n").nth(1))
         .and_then(|block| block.split("```").next())
         .expect("a ```rust block under \"## Use it from Rust\" in README.md");
-    let marked = example
-        .split("// README: begin\n")
-        .nth(1)
-        .and_then(|rest| rest.split("// README: end").next())
-        .expect("the README lines in examples/fenced_write.rs");
-    assert_eq!(
-        snippet, marked,
-        "README.md's Rust snippet differs from examples/fenced_write.rs: copy the example's part between its README lines into the README"
+    assert!(
+        marked
+            .get(first)
+            .is_some_and(|path| path.ends_with("fenced_write.rs")),
+        "README.md's first Rust snippet differs from examples/fenced_write.rs: copy the example's part between its README lines into the README"
     );
 }
 
