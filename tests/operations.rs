@@ -532,6 +532,65 @@ fn check_labels(mut labels: &str, line: &str) {
     }
 }
 
+/// Every sample name a scrape shows: the names of its samples, and of each declared metric
+/// with the suffixes its type adds.
+fn metric_names(text: &str) -> std::collections::HashSet<String> {
+    let mut names = std::collections::HashSet::new();
+    for line in text.lines() {
+        if let Some(declared) = line.strip_prefix("# TYPE ") {
+            let name = declared.split(' ').next().unwrap_or("");
+            for suffix in ["", "_total", "_bucket", "_count", "_sum", "_info"] {
+                names.insert(format!("{name}{suffix}"));
+            }
+        } else if !line.starts_with('#') {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            names.insert(line[..end].to_string());
+        }
+    }
+    names
+}
+
+/// The metric names in the `expr` of every alert rule in docs/operations.md's "Metrics and
+/// alerts" section (its ```yaml block, parsed as YAML).
+fn alert_rule_metrics() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
+        .expect("docs/operations.md");
+    let section = doc
+        .split("## Metrics and alerts")
+        .nth(1)
+        .expect("a Metrics and alerts section");
+    let yaml = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a yaml block");
+    let documents = yaml_rust2::YamlLoader::load_from_str(yaml).expect("the alert rules parse");
+    let rules = &documents[0]["groups"][0]["rules"];
+    let rules = rules.as_vec().expect("a list of rules");
+    assert!(rules.len() >= 4, "quorum, group, quarantine and p99 alerts");
+    let mut names = Vec::new();
+    for rule in rules {
+        assert!(rule["alert"].as_str().is_some(), "every rule has a name");
+        let expr = rule["expr"].as_str().expect("every rule has an expr");
+        let mut rest = expr;
+        while let Some(at) = rest.find("quorumlock_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(tail[..end].to_string());
+            rest = &tail[end..];
+        }
+    }
+    for alert in ["quorumlock_quorum_available", "quorumlock_group_up"] {
+        assert!(
+            names.iter().any(|name| name == alert),
+            "no alert on {alert}"
+        );
+    }
+    names
+}
+
 fn sample(samples: &[(String, f64)], series: &str) -> f64 {
     samples
         .iter()
@@ -561,14 +620,15 @@ async fn metrics_show_the_quorum_every_groups_vote_and_the_build() {
         )
         .await;
         assert_eq!(status, 200, "{body}");
-        parse_exposition(&body)
+        body
     };
     // The token from --token-file is the one required.
     let (status, _) = raw_http(&server.addr, "GET", "/metrics", &[], b"").await;
     assert_eq!(status, 401);
 
     let groups: Vec<String> = fx.topology.groups.iter().map(|g| g.name.clone()).collect();
-    let samples = within(Duration::from_secs(30), scrape()).await;
+    let text = within(Duration::from_secs(30), scrape()).await;
+    let samples = parse_exposition(&text);
     let version = env!("CARGO_PKG_VERSION");
     assert_eq!(
         sample(
@@ -620,13 +680,21 @@ async fn metrics_show_the_quorum_every_groups_vote_and_the_build() {
     }
     // The server's own series keep their names.
     assert_eq!(sample(&samples, "quorumlock_mcp_acquisitions_total"), 0.0);
+    // Every metric the documented alert rules use exists.
+    let known = metric_names(&text);
+    for name in alert_rule_metrics() {
+        assert!(
+            known.contains(&name),
+            "operations.md's alerts use {name}, which /metrics lacks"
+        );
+    }
 
     // One group down: still a quorum, four voting; three down: none.
     within(Duration::from_secs(30), async {
         fx.lab.kill(0).await.expect("kill g1")
     })
     .await;
-    let samples = within(Duration::from_secs(30), scrape()).await;
+    let samples = parse_exposition(&within(Duration::from_secs(30), scrape()).await);
     assert_eq!(sample(&samples, "quorumlock_quorum_available"), 1.0);
     assert_eq!(sample(&samples, "quorumlock_groups_voting"), 4.0);
     let first = format!("{{group=\"{}\"}}", groups[0]);
@@ -643,7 +711,7 @@ async fn metrics_show_the_quorum_every_groups_vote_and_the_build() {
         fx.lab.kill(2).await.expect("kill g3");
     })
     .await;
-    let samples = within(Duration::from_secs(30), scrape()).await;
+    let samples = parse_exposition(&within(Duration::from_secs(30), scrape()).await);
     assert_eq!(sample(&samples, "quorumlock_quorum_available"), 0.0);
     assert_eq!(sample(&samples, "quorumlock_groups_voting"), 2.0);
 }
