@@ -183,7 +183,9 @@ pub fn main() -> ExitCode {
 fn parse() -> Result<Cli, ExitCode> {
     let mut command = Cli::command();
     // Only help is worth the search (it reads the lab directory's state).
-    if std::env::args().any(|arg| arg == "--help" || arg == "-h" || arg == "help") {
+    // args_os: an argument that is not UTF-8 must reach clap's error, not panic here.
+    let given = |flags: &[&str]| std::env::args_os().any(|arg| flags.iter().any(|f| arg == *f));
+    if given(&["--help", "-h", "help"]) {
         let in_use = match Cli::default_location() {
             Ok(Some(location)) => location.to_string(),
             Ok(None) => "none found".to_string(),
@@ -198,7 +200,7 @@ fn parse() -> Result<Cli, ExitCode> {
         .and_then(|matches| Cli::from_arg_matches(&matches));
     match parsed {
         Ok(cli) => Ok(cli),
-        Err(error) if error.use_stderr() && std::env::args().any(|arg| arg == "--json") => {
+        Err(error) if error.use_stderr() && given(&["--json"]) => {
             let code = u8::try_from(error.exit_code()).unwrap_or(exit::USAGE);
             output::usage_error(&error.render().to_string(), code);
             Err(ExitCode::from(code))
