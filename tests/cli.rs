@@ -717,9 +717,16 @@ async fn watch_on_a_semaphore_shows_permit_holders_coming_and_going() {
     .await;
     assert_eq!(frame["semaphore"]["holders"], serde_json::json!([]));
 
+    // Ctrl-C ends the watch; its frames are read to the end meanwhile, so that it is never
+    // left blocked writing to a full pipe.
+    let drain = tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     let pid = watch.id().expect("pid") as i32;
     // SAFETY: kill(2) on the child this test spawned.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let status = watch.wait().await.expect("wait");
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), watch.wait())
+        .await
+        .expect("watch ends on Ctrl-C")
+        .expect("wait");
     assert_eq!(status.code(), Some(0));
+    drain.await.expect("stdout read to its end");
 }

@@ -594,35 +594,60 @@ pub async fn force_release(
 }
 
 pub async fn watch(locks: &Locks, args: &WatchArgs, json: bool) -> anyhow::Result<u8> {
+    use tokio::io::AsyncWriteExt;
     let mut ticks = tokio::time::interval(Duration::from_millis(args.interval_ms.max(50)));
+    // One listener for the whole watch: a Ctrl-C while a frame is read or written is kept
+    // until the next select, and ends the watch even when a slow reader blocks stdout.
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let mut stdout = tokio::io::stdout();
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(exit::OK),
+            _ = interrupt.recv() => return Ok(exit::OK),
             _ = ticks.tick() => {}
         }
-        let frame = match &args.resource {
-            Some(resource) if !args.all => match status_view(locks, resource, json).await? {
-                StatusView::Json(view) => serde_json::to_string(&view)?,
-                StatusView::Text(text) => text,
-            },
-            _ => {
-                let list = locks.list("", 1000).await?;
-                if json {
-                    serde_json::to_string(&list)?
-                } else {
-                    list_table(&list)
-                }
-            }
+        let frame = tokio::select! {
+            _ = interrupt.recv() => return Ok(exit::OK),
+            frame = watch_frame(locks, args, json) => frame?,
         };
-        if json {
-            println!("{frame}");
+        let text = if json {
+            format!("{frame}\n")
         } else {
             // Clear the screen and home the cursor, so the view refreshes in place.
-            print!(
+            format!(
                 "\x1b[2J\x1b[H{frame}\n(refreshing every {} ms; Ctrl-C to quit)\n",
                 args.interval_ms
-            );
+            )
+        };
+        let written = tokio::select! {
+            _ = interrupt.recv() => return Ok(exit::OK),
+            written = async {
+                stdout.write_all(text.as_bytes()).await?;
+                stdout.flush().await
+            } => written,
+        };
+        match written {
+            Ok(()) => {}
+            // The reader is gone (`watch ... | head`): nothing more to show.
+            Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit::OK),
+            Err(error) => return Err(error.into()),
         }
-        std::io::stdout().flush()?;
     }
+}
+
+/// One frame of `watch`: the lock (and semaphore) view, or the list of everything held.
+async fn watch_frame(locks: &Locks, args: &WatchArgs, json: bool) -> anyhow::Result<String> {
+    Ok(match &args.resource {
+        Some(resource) if !args.all => match status_view(locks, resource, json).await? {
+            StatusView::Json(view) => serde_json::to_string(&view)?,
+            StatusView::Text(text) => text,
+        },
+        _ => {
+            let list = locks.list("", 1000).await?;
+            if json {
+                serde_json::to_string(&list)?
+            } else {
+                list_table(&list)
+            }
+        }
+    })
 }
