@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::{fixture, plain_lab, temp_dir};
-use mcp_support::{BIN, http_server, raw_http, within};
+use mcp_support::{BIN, http_server, http_server_with_env, raw_http, within};
 use quorumlock::{Locks, Topology};
 use serde_json::{Value, json};
 
@@ -421,7 +421,12 @@ async fn logs_written_to_a_pipe_carry_no_colour_codes_and_follow_verbosity_and_f
     assert!(!log.contains("\x1b["), "colour codes in {log:?}");
     let json_server = within(
         Duration::from_secs(60),
-        http_server(&fx.lab.config_path(), None, &["--log-format", "json"]),
+        http_server_with_env(
+            &fx.lab.config_path(),
+            None,
+            &["--log-format", "json"],
+            &[("RUST_LOG", "info,fred=warn")],
+        ),
     )
     .await;
     let log = json_server
@@ -435,6 +440,17 @@ async fn logs_written_to_a_pipe_carry_no_colour_codes_and_follow_verbosity_and_f
         .unwrap_or_else(|| panic!("no warning in {log:?}"));
     let event: Value = serde_json::from_str(warning).expect("a JSON log line");
     assert_eq!(event["level"], json!("WARN"));
+    // The server logs the topology file it runs with, as fields of the event.
+    let config = log
+        .iter()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|event| event["message"] == json!("topology file"))
+        .unwrap_or_else(|| panic!("no topology file event in {log:?}"));
+    assert_eq!(
+        config["config"],
+        json!(fx.lab.config_path().display().to_string())
+    );
+    assert_eq!(config["source"], json!("--config"));
 }
 
 /// Checks that `text` is Prometheus text exposition (OpenMetrics flavour), line by line, and

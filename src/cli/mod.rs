@@ -266,7 +266,16 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             cli.with_locks(async |l| locks::watch(l, args, json).await)
                 .await
         }
-        Command::Serve(args) => serve::run(args, cli.topology()?.ok_or(NoTopology)?).await,
+        Command::Serve(args) => {
+            let (topology, location) = cli.located()?.ok_or(NoTopology)?;
+            // A server's log says which file it runs with; health and --help say it to people.
+            tracing::info!(
+                config = %location.path.display(),
+                source = location.source.describe(),
+                "topology file"
+            );
+            serve::run(args, topology).await
+        }
     }
 }
 
