@@ -142,12 +142,16 @@ pub struct Config {
     /// replica may lag from the raise on, until `Action::Replicate`.
     pub raise_replicated: bool,
     /// A raise on a master whose marker is not its current history's (a promoted replica no
-    /// acquire has met yet) admits that history at once, as lua/admit.lua does with delay 0
-    /// (`vote_from = now`, no `since`). Otherwise the raise leaves such a marker alone (an
-    /// operator who raises only masters already admitted). On a master whose marker is its
-    /// current history's, a raise is admit.lua either way: `vote_from = max(now, vote_from)`,
-    /// `since` kept.
+    /// acquire has met yet) admits that history, as lua/admit.lua does with delay 0
+    /// (`vote_from = now`). Otherwise the raise leaves such a marker alone (an operator who
+    /// raises only masters already admitted). On a master whose marker is its current
+    /// history's, a raise is admit.lua either way: `vote_from = max(now, vote_from)`, `since`
+    /// kept.
     pub raise_admits: bool,
+    /// Such an admission of a history the master had not met, on a master that held a
+    /// policy, starts its quarantine now (`since = now`), as at its first vote: admit.lua
+    /// without `--force`. Otherwise it votes at once, with no `since` (the old admit.lua).
+    pub admit_starts_quarantine: bool,
     /// After a promotion that lost a raise, the operator applies the raise again to every
     /// master, before the promoted master's quarantine under the lost policy ends
     /// (`Action::Reapply`; time does not pass a tick at which it would vote first).
@@ -192,6 +196,7 @@ impl Config {
             raises: 0,
             raise_replicated: false,
             raise_admits: true,
+            admit_starts_quarantine: true,
             raise_reapplied: false,
             quarantine: Quarantine::Policy,
             raise_lengthens: true,
@@ -560,6 +565,17 @@ pub struct Ghost {
     /// A raise moved a master's first vote later: a quarantine lengthened, or a master that
     /// voted put back out.
     pub lengthened: bool,
+    /// An admission met a history the master had not met and started its quarantine.
+    pub admission_quarantined: bool,
+}
+
+/// What one run of admit.lua did to a master's first vote.
+#[derive(Clone, Copy, Debug, Default)]
+struct AdmitEffect {
+    /// It moved the vote later: a quarantine lengthened, or a master that voted put back out.
+    lengthened: bool,
+    /// It met a history the master had not met and started its quarantine (`since = now`).
+    started_quarantine: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -878,11 +894,12 @@ impl LockModel {
 
     /// lua/admit.lua on one master with a policy, delay 0: the policy grows to at least `to`;
     /// the marker of the current history keeps its `since` and votes from `max(now,
-    /// vote_from)`; another history's is admitted now, with no `since` (with `raise_admits`;
-    /// otherwise left alone). Answers whether it moved the master's first vote later.
-    fn admit_script(&self, m: &mut Master, now: Tick, to: Pol) -> bool {
+    /// vote_from)`; another history's is admitted with `since = now`, or with no `since`
+    /// without `admit_starts_quarantine` (with `raise_admits`; otherwise left alone).
+    fn admit_script(&self, m: &mut Master, now: Tick, to: Pol) -> AdmitEffect {
+        let mut effect = AdmitEffect::default();
         let Some(was) = m.data.policy else {
-            return false;
+            return effect;
         };
         let raised = was.merge(to);
         m.data.policy = Some(raised);
@@ -890,18 +907,19 @@ impl LockModel {
             Some(marker) if marker.history == m.history => {
                 let before = self.cfg.votes_from(*marker, Some(was)).max(now);
                 marker.vote_from = marker.vote_from.max(now);
-                self.cfg.votes_from(*marker, Some(raised)) > before
+                effect.lengthened = self.cfg.votes_from(*marker, Some(raised)) > before;
             }
             _ if self.cfg.raise_admits => {
                 m.marker = Some(Marker {
                     history: m.history,
-                    since: None,
+                    since: self.cfg.admit_starts_quarantine.then_some(now),
                     vote_from: now,
                 });
-                false
+                effect.started_quarantine = self.cfg.admit_starts_quarantine;
             }
-            _ => false,
+            _ => {}
         }
+        effect
     }
 
     /// Whether admit.lua with the raised policy changes master `m`: it grows its policy, or
@@ -1402,14 +1420,18 @@ impl Model for LockModel {
                 if !cfg.raise_replicated && m.replica.is_none() {
                     m.replica = Some(m.data);
                 }
-                s.ghost.lengthened |= self.admit_script(m, now, to);
+                let effect = self.admit_script(m, now, to);
+                s.ghost.lengthened |= effect.lengthened;
+                s.ghost.admission_quarantined |= effect.started_quarantine;
                 s.raises_left -= 1;
             }
             Action::Reapply => {
                 let to = cfg.raise_to?;
                 for g in 0..cfg.groups {
                     let m = &mut s.masters[g];
-                    s.ghost.lengthened |= self.admit_script(m, now, to);
+                    let effect = self.admit_script(m, now, to);
+                    s.ghost.lengthened |= effect.lengthened;
+                    s.ghost.admission_quarantined |= effect.started_quarantine;
                     m.lost_raise = false;
                 }
             }
@@ -1474,6 +1496,16 @@ impl Model for LockModel {
                 |_, s: &State| s.ghost.adopted,
             ));
         }
+        if cfg.raise_admits
+            && cfg.admit_starts_quarantine
+            && cfg.raise_to.is_some()
+            && cfg.promotions
+        {
+            properties.push(Property::sometimes(
+                ADMISSION_QUARANTINED,
+                |_, s: &State| s.ghost.admission_quarantined,
+            ));
+        }
         if cfg.writes_since() && cfg.raise_to.is_some() && (cfg.promotions || cfg.restarts) {
             properties.push(Property::sometimes(LENGTHENED, |_, s: &State| {
                 s.ghost.lengthened
@@ -1503,6 +1535,7 @@ pub const NO_SUPERSEDED_WRITE: &str =
 pub const VALID_WRITES_TAKEN: &str = "(c') a write inside the lease's validity is never rejected";
 /// An example: a raise moved a master's first vote later (`since` at work).
 pub const LENGTHENED: &str = "a raise lengthens a quarantine";
+pub const ADMISSION_QUARANTINED: &str = "an admission starts a promoted master's quarantine";
 pub const NO_LEFTOVERS: &str =
     "(d) once quiet, no lock is left behind (no reorder, promotion, restart or early expiry)";
 
