@@ -296,41 +296,14 @@ fn list_table(list: &crate::LockList) -> String {
             rows,
         ));
     }
-    if !list.semaphores.is_empty() {
+    // One entry per semaphore, as `status` shows it: a line with its count, then its holders.
+    for semaphore in &list.semaphores {
         if !text.is_empty() {
             text.push('\n');
         }
-        // One entry per semaphore: its name and count on its first holder's row.
-        let rows = list.semaphores.iter().flat_map(|s| {
-            let held = format!(
-                "{}/{}",
-                s.holders.len(),
-                s.permits.map_or_else(|| "?".to_string(), |p| p.to_string())
-            );
-            s.holders.iter().enumerate().map(move |(index, h)| {
-                let first = index == 0;
-                [
-                    if first { s.name.clone() } else { String::new() },
-                    if first { held.clone() } else { String::new() },
-                    h.permit.to_string(),
-                    or_dash(h.holder.owner.as_ref()),
-                    or_dash(h.holder.purpose.as_ref()),
-                    duration_ms(h.holder.remaining_ms),
-                    or_dash(h.fencing_token),
-                ]
-            })
-        });
-        text.push_str(&output::table(
-            [
-                "SEMAPHORE",
-                "HELD",
-                "PERMIT",
-                "OWNER",
-                "PURPOSE",
-                "REMAINING",
-                "FENCE",
-            ],
-            rows,
+        text.push_str(&semaphore_table(
+            semaphore,
+            semaphore.permits.unwrap_or_default(),
         ));
     }
     if list.truncated {
