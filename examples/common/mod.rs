@@ -20,5 +20,6 @@ pub fn topology() -> Result<Topology, Box<dyn std::error::Error>> {
             Lab::open(Path::new(&dir))?.config_path()
         }
     };
-    Ok(Topology::from_file(&path)?)
+    // Secrets from files or variables, and the QUORUMLOCK_* overrides, as the command reads them.
+    Ok(Topology::from_file(&path)?.with_env()?)
 }
