@@ -578,23 +578,8 @@ async fn hold_keeps_a_permit_renewed_until_ctrl_c_releases_it() {
 async fn list_shows_a_semaphore_in_use_as_one_entry_with_its_holders() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
-    let lock = fx
-        .locks
-        .acquire("api:deploy")
-        .owner("carol")
-        .await
-        .expect("lock");
-    let mut permits = Vec::new();
-    for owner in ["worker-1", "worker-2"] {
-        permits.push(
-            fx.locks
-                .acquire_permit("api:search", 3)
-                .owner(owner)
-                .purpose("crawl")
-                .await
-                .expect("permit"),
-        );
-    }
+    let common::LockAndPermits { lock, permits } =
+        common::hold_a_lock_and_two_permits(&fx.locks).await;
 
     let listed = quorumlock(&config, &["--json", "list", "api:"]).await;
     assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));

@@ -179,8 +179,10 @@ fn topology_without_inline_passwords(topology: &Topology, sentinel_secret: &Path
     topology.to_toml()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key() {
+/// A lab whose masters and Sentinels want the password `lab-secret`, and a topology file that
+/// names it only through a file (with a trailing newline, which is not part of it) and the
+/// variable `QL_TEST_MASTER_PASSWORD`.
+async fn password_lab() -> (common::Fixture, std::path::PathBuf) {
     let fx = fixture(
         |mut spec| {
             spec.password = Some("lab-secret".into());
@@ -194,6 +196,12 @@ async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key()
         "secrets.toml",
         &topology_without_inline_passwords(&fx.topology, &secret_file),
     );
+    (fx, config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key() {
+    let (fx, config) = password_lab().await;
     let cwd = temp_dir();
 
     // The command reads the variable and the file.
@@ -247,19 +255,7 @@ async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_reads_secrets_only_when_asked() {
-    let fx = fixture(
-        |mut spec| {
-            spec.password = Some("lab-secret".into());
-            spec
-        },
-        |topology| topology,
-    )
-    .await;
-    let secret_file = fx.file("sentinel.secret", "lab-secret");
-    let config = fx.file(
-        "secrets.toml",
-        &topology_without_inline_passwords(&fx.topology, &secret_file),
-    );
+    let (fx, config) = password_lab().await;
     let mut topology = Topology::from_file(&config).expect("the file parses");
     assert_eq!(topology.groups[0].password, None);
     assert_eq!(topology.groups[0].sentinel_password, None);

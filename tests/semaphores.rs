@@ -262,24 +262,8 @@ async fn a_permit_count_that_disagrees_or_is_out_of_bounds_is_refused_naming_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_semaphore_in_use_is_one_entry_in_list_with_its_holders() {
     let fx = plain_lab().await;
-    let lock = fx
-        .locks
-        .acquire("api:deploy")
-        .owner("carol")
-        .await
-        .expect("lock");
-    let mut permits = Vec::new();
-    for owner in ["worker-1", "worker-2"] {
-        permits.push(
-            fx.locks
-                .acquire_permit("api:search", 3)
-                .ttl(5_000 * MS)
-                .owner(owner)
-                .purpose("crawl")
-                .await
-                .expect("permit"),
-        );
-    }
+    let common::LockAndPermits { lock, permits } =
+        common::hold_a_lock_and_two_permits(&fx.locks).await;
     // A semaphore whose name looks like a slot key is still listed by its own name.
     let odd = fx
         .locks

@@ -253,3 +253,31 @@ pub fn fence_key(resource: &str) -> String {
 pub fn released_channel(resource: &str) -> String {
     format!("ql:{{{resource}}}:released")
 }
+
+/// What the listing tests hold: the lock `api:deploy` (owner carol) and two permits of the
+/// 3-permit semaphore `api:search` (owners worker-1 and worker-2, purpose crawl).
+pub struct LockAndPermits {
+    pub lock: quorumlock::Lease,
+    pub permits: Vec<quorumlock::Lease>,
+}
+
+pub async fn hold_a_lock_and_two_permits(locks: &Locks) -> LockAndPermits {
+    let lock = locks
+        .acquire("api:deploy")
+        .owner("carol")
+        .await
+        .expect("lock");
+    let mut permits = Vec::new();
+    for owner in ["worker-1", "worker-2"] {
+        permits.push(
+            locks
+                .acquire_permit("api:search", 3)
+                .ttl(Duration::from_secs(5))
+                .owner(owner)
+                .purpose("crawl")
+                .await
+                .expect("permit"),
+        );
+    }
+    LockAndPermits { lock, permits }
+}
