@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use fred::prelude::{ClientLike, KeysInterface, Options};
 use fred::types::Value;
 use futures::StreamExt;
 use serde::Serialize;
@@ -136,39 +137,32 @@ pub struct LockList {
     /// Semaphores with at least one permit held, one entry each: the permit count and who
     /// holds which permit. Sorted by name.
     pub semaphores: Vec<SemaphoreStatus>,
-    /// True when more locks and semaphores matched than `limit`.
+    /// True when more locks and semaphores match than this page holds (`next_cursor` is set).
     pub truncated: bool,
+    /// Where the next page starts: pass it to [`Locks::list_page`] with the same prefix.
+    /// `None` on the last page.
+    pub next_cursor: Option<String>,
 }
 
-/// What a listing found a key of: a lock, or a slot of a semaphore.
+/// What a listing met a key of: a lock, or a slot of a semaphore.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Candidate {
     Lock(String),
-    Semaphore(String),
+    Slot(String, u32),
 }
 
-impl Candidate {
-    fn name(&self) -> &str {
-        match self {
-            Candidate::Lock(name) | Candidate::Semaphore(name) => name,
-        }
-    }
-}
-
-/// What the quorum says of a candidate.
+/// What the quorum says of a candidate a walk lists.
 enum Listed {
     Lock(ListedLock),
     Semaphore(SemaphoreStatus),
-    /// Not held on a majority (a key some group still has).
-    Free,
 }
 
 /// Largest `limit` accepted by [`Locks::list`].
 pub const MAX_LIST_LIMIT: usize = 10_000;
 /// Status reads in flight at once while listing.
 const LIST_CONCURRENCY: usize = 16;
-/// Keys one group may contribute to a listing.
-const MAX_SCAN_KEYS: usize = 100_000;
+/// Keys one SCAN call of a listing looks at (MATCH filters them after).
+const SCAN_COUNT: u32 = 1000;
 
 /// Escapes the glob characters of SCAN MATCH so a prefix matches literally.
 fn glob_escape(text: &str) -> String {
@@ -335,9 +329,29 @@ impl Locks {
     }
 
     /// Locks held on a majority whose resource name starts with `prefix`, and semaphores of
-    /// that name with a permit held on a majority, sorted by name, at most `limit` of them
-    /// together. Advisory, like [`Locks::status`].
+    /// that name with a permit held on a majority, at most `limit` of them together: the
+    /// first page of [`Locks::list_page`].
     pub async fn list(&self, prefix: &str, limit: usize) -> Result<LockList, Error> {
+        self.list_page(prefix, limit, None).await
+    }
+
+    /// One page of the locks and semaphores [`Locks::list`] finds, from `cursor` (`None` for
+    /// the first page; then the `next_cursor` of the page before, with the same prefix).
+    /// Each page is sorted by name; `next_cursor` is `Some` exactly when more match. Across
+    /// the pages of one listing every lock and semaphore held all along is listed exactly
+    /// once. Advisory, like [`Locks::status`].
+    ///
+    /// A page costs SCAN calls on one group at a time from where the page before stopped,
+    /// not a walk of every group's keyspace: a lock held on a majority has its key on at
+    /// least one of any `groups − majority + 1` groups, so once that many groups have been
+    /// walked through every such lock was met, and a key met on a group walked before is
+    /// skipped.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<LockList, Error> {
         if prefix.chars().any(char::is_control) {
             return Err(Error::invalid(
                 "prefix",
@@ -351,111 +365,339 @@ impl Locks {
             ));
         }
         let engine = &self.engine;
-        let key_prefix = format!("{}:{{", engine.topology.key_prefix);
-        let start = format!("{}{}*", glob_escape(&key_prefix), glob_escape(prefix));
-        // Locks are `<prefix>:{<name>}:lock`; a semaphore's slots `<prefix>:{<name>}:permit:<n>`
-        // (the same pattern also finds their `:fence` keys, which are skipped).
-        let (locks_pattern, slots_pattern) =
-            (format!("{start}}}:lock"), format!("{start}}}:permit:*"));
-        let (lock_keys, slot_keys) = tokio::join!(
-            fan_out(
-                &engine.groups,
-                |group| group.scan_keys(&locks_pattern, MAX_SCAN_KEYS),
-                |_| false,
-            ),
-            fan_out(
-                &engine.groups,
-                |group| group.scan_keys(&slots_pattern, MAX_SCAN_KEYS),
-                |_| false,
-            )
-        );
-        let answered = |replies: Vec<Option<Reply<Vec<String>>>>| {
-            replies
-                .into_iter()
-                .flatten()
-                .filter_map(|reply| match reply {
-                    Reply::Answer(keys) => Some(keys),
-                    _ => None,
-                })
-                .flatten()
-                .collect::<Vec<String>>()
+        let groups = engine.groups.len();
+        let tag = cursor::prefix_tag(prefix);
+        let mut at = match cursor {
+            None => Position::start(groups),
+            Some(text) => Position::parse(text, groups, tag)?,
         };
-        let mut candidates: Vec<Candidate> = Vec::new();
-        for key in answered(lock_keys) {
-            if let Some(name) = key
-                .strip_prefix(&key_prefix)
-                .and_then(|rest| rest.strip_suffix("}:lock"))
-            {
-                candidates.push(Candidate::Lock(name.to_string()));
-            }
-        }
-        for key in answered(slot_keys) {
-            if let Some(name) = key.strip_prefix(&key_prefix).and_then(semaphore_of_slot) {
-                candidates.push(Candidate::Semaphore(name.to_string()));
-            }
-        }
-        candidates.sort_by(|a, b| a.name().cmp(b.name()).then_with(|| a.cmp(b)));
-        candidates.dedup();
-        // A key on some group is only a candidate: the quorum decides whether it is held.
-        let mut statuses = futures::stream::iter(candidates)
-            .map(|candidate| async move {
-                Ok::<_, Error>(match candidate {
-                    Candidate::Lock(resource) => {
-                        let status = self.status(&resource).await?;
-                        match (status.held, status.holder) {
-                            (true, holder) => {
-                                let holder = holder.unwrap_or_default();
-                                Listed::Lock(ListedLock {
-                                    resource: status.resource,
-                                    owner: holder.owner,
-                                    purpose: holder.purpose,
-                                    remaining_ms: holder.remaining_ms,
-                                    fencing_token: status.fencing_token,
-                                })
-                            }
-                            (false, _) => Listed::Free,
-                        }
-                    }
-                    Candidate::Semaphore(name) => {
-                        let semaphore = self.semaphore_status(&name).await?;
-                        if semaphore.holders.is_empty() {
-                            Listed::Free
-                        } else {
-                            Listed::Semaphore(semaphore)
-                        }
+        let enough = groups.saturating_sub(engine.majority.needed) + 1;
+        let key_prefix = format!("{}:{{", engine.topology.key_prefix);
+        // Locks are `<prefix>:{<name>}:lock`, a semaphore's slots `<prefix>:{<name>}:permit:<n>`;
+        // the pattern also meets slots' fence keys, which are skipped.
+        let pattern = format!(
+            "{}{}*}}:[lp]*",
+            glob_escape(&key_prefix),
+            glob_escape(prefix)
+        );
+        let timed = Options {
+            timeout: Some(std::time::Duration::from_millis(
+                engine.topology.call_timeout_ms,
+            )),
+            fail_fast: true,
+            ..Default::default()
+        };
+        let mut page: Vec<Listed> = Vec::new();
+        let mut next = None;
+        'groups: while at.group < groups && at.walked() < enough {
+            let group = &engine.groups[at.group];
+            let client = group.client().with_options(&timed);
+            loop {
+                let batch = client
+                    .scan_page::<(String, Vec<String>), _, _>(
+                        at.scan.clone(),
+                        pattern.as_str(),
+                        Some(SCAN_COUNT),
+                        None,
+                    )
+                    .await;
+                // A group that does not answer is passed over: the groups after it cover its
+                // keys, as long as a majority answers.
+                let Ok((scan_next, keys)) = batch else {
+                    at.next_group(false);
+                    continue 'groups;
+                };
+                let mut candidates: Vec<Candidate> = keys
+                    .iter()
+                    .filter_map(|key| candidate_of(key.strip_prefix(&key_prefix)?))
+                    .collect();
+                candidates.sort();
+                // One semaphore is looked at once per batch, from its lowest slot in it.
+                candidates.dedup_by(|later, earlier| match (later, earlier) {
+                    (Candidate::Slot(a, _), Candidate::Slot(b, _)) => a == b,
+                    (later, earlier) => later == earlier,
+                });
+                let mut after = at.after.take();
+                let from = after.clone();
+                let walked = at.walked_groups();
+                let group_index = at.group;
+                let mut decided = futures::stream::iter(
+                    candidates
+                        .into_iter()
+                        .filter(|candidate| from.as_ref().is_none_or(|from| candidate > from)),
+                )
+                .map(|candidate| {
+                    let walked = &walked;
+                    async move {
+                        let listed = self.decide(&candidate, group_index, walked).await?;
+                        Ok::<_, Error>((candidate, listed))
                     }
                 })
-            })
-            .buffered(LIST_CONCURRENCY);
+                .buffered(LIST_CONCURRENCY);
+                while let Some(decision) = decided.next().await {
+                    let (candidate, listed) = decision?;
+                    let Some(listed) = listed else {
+                        continue;
+                    };
+                    if page.len() == limit {
+                        // One more matches: the next page starts again at this batch, after
+                        // what this page took from it.
+                        next = Some(Position {
+                            walked: at.walked.clone(),
+                            group: at.group,
+                            scan: at.scan.clone(),
+                            after,
+                        });
+                        break 'groups;
+                    }
+                    page.push(listed);
+                    after = Some(candidate);
+                }
+                if scan_next == "0" {
+                    at.next_group(true);
+                    continue 'groups;
+                }
+                at.scan = scan_next;
+            }
+        }
         let mut list = LockList {
             locks: Vec::new(),
             semaphores: Vec::new(),
-            truncated: false,
+            truncated: next.is_some(),
+            next_cursor: next.map(|position| position.render(tag)),
         };
-        while let Some(listed) = statuses.next().await {
-            let listed = listed?;
-            if matches!(listed, Listed::Free) {
-                continue;
-            }
-            if list.locks.len() + list.semaphores.len() == limit {
-                list.truncated = true;
-                break;
-            }
+        for listed in page {
             match listed {
                 Listed::Lock(lock) => list.locks.push(lock),
                 Listed::Semaphore(semaphore) => list.semaphores.push(semaphore),
-                Listed::Free => {}
             }
         }
+        list.locks.sort_by(|a, b| a.resource.cmp(&b.resource));
+        list.semaphores.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(list)
+    }
+
+    /// Whether the walk of group `group` lists `candidate`, a key it met: only when the
+    /// quorum holds it, and no group walked before (`walked`) has it, as that group's walk
+    /// listed it then.
+    async fn decide(
+        &self,
+        candidate: &Candidate,
+        group: usize,
+        walked: &[usize],
+    ) -> Result<Option<Listed>, Error> {
+        let held_on = |status: &LockStatus, index: usize| {
+            status
+                .groups
+                .get(index)
+                .is_some_and(|view| view.state == GroupLockState::Held)
+        };
+        match candidate {
+            Candidate::Lock(resource) => {
+                let status = self.status(resource).await?;
+                if !status.held || walked.iter().any(|index| held_on(&status, *index)) {
+                    return Ok(None);
+                }
+                let holder = status.holder.unwrap_or_default();
+                Ok(Some(Listed::Lock(ListedLock {
+                    resource: status.resource,
+                    owner: holder.owner,
+                    purpose: holder.purpose,
+                    remaining_ms: holder.remaining_ms,
+                    fencing_token: status.fencing_token,
+                })))
+            }
+            Candidate::Slot(name, slot) => {
+                let semaphore = self.semaphore_status(name).await?;
+                let Some(permits) = semaphore.permits.filter(|_| !semaphore.holders.is_empty())
+                else {
+                    return Ok(None);
+                };
+                // Each group's view of every slot: the semaphore is listed by the first walk
+                // that meets a slot of it, from the lowest slot that group has.
+                let prefix = &self.engine.topology.key_prefix;
+                let keys: Vec<ResourceKeys> = (0..permits)
+                    .map(|n| ResourceKeys::slot(prefix, name, n))
+                    .collect();
+                let slots =
+                    futures::future::join_all(keys.iter().map(|keys| self.status_of(name, keys)))
+                        .await
+                        .into_iter()
+                        .collect::<Result<Vec<LockStatus>, Error>>()?;
+                let seen_before = slots
+                    .iter()
+                    .any(|status| walked.iter().any(|index| held_on(status, *index)));
+                let lowest_here = slots.iter().position(|status| held_on(status, group));
+                Ok((!seen_before && lowest_here == usize::try_from(*slot).ok())
+                    .then_some(Listed::Semaphore(semaphore)))
+            }
+        }
     }
 }
 
-/// The semaphore whose slot key this is (the key without `<prefix>:{`): `<name>}:permit:<n>`
-/// gives `name`; a slot's fence key, or any other key, gives `None`.
-fn semaphore_of_slot(rest: &str) -> Option<&str> {
+/// Where a listing stands: the groups walked through, the group being walked, the SCAN
+/// cursor of the batch to read next, and what the page before took from that batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Position {
+    /// One flag per group: walked through to the end.
+    walked: Vec<bool>,
+    group: usize,
+    scan: String,
+    after: Option<Candidate>,
+}
+
+impl Position {
+    fn start(groups: usize) -> Self {
+        Position {
+            walked: vec![false; groups],
+            group: 0,
+            scan: "0".to_string(),
+            after: None,
+        }
+    }
+
+    fn walked(&self) -> usize {
+        self.walked.iter().filter(|walked| **walked).count()
+    }
+
+    fn walked_groups(&self) -> Vec<usize> {
+        (0..self.walked.len()).filter(|i| self.walked[*i]).collect()
+    }
+
+    /// Moves on to the next group; `walked` when this one was walked through to the end.
+    fn next_group(&mut self, walked: bool) {
+        if let Some(flag) = self.walked.get_mut(self.group) {
+            *flag = walked;
+        }
+        self.group += 1;
+        self.scan = "0".to_string();
+        self.after = None;
+    }
+
+    fn render(&self, tag: u64) -> String {
+        let walked: String = self
+            .walked
+            .iter()
+            .map(|walked| if *walked { '1' } else { '0' })
+            .collect();
+        let after = self.after.as_ref().map(cursor::encode).unwrap_or_default();
+        format!(
+            "{}.{walked}.{}.{}.{tag:016x}.{after}",
+            cursor::VERSION,
+            self.group,
+            self.scan
+        )
+    }
+
+    /// Reads a cursor [`Position::render`] wrote for a listing of `groups` groups and the
+    /// prefix whose tag is `tag`.
+    fn parse(text: &str, groups: usize, tag: u64) -> Result<Self, Error> {
+        let unknown = || {
+            Error::invalid(
+                "cursor",
+                "is not a cursor a listing returned: pass the previous page's next_cursor unchanged, or no cursor to start from the beginning",
+            )
+        };
+        let fields: Vec<&str> = text.split('.').collect();
+        let [version, walked, group, scan, text_tag, after] = fields[..] else {
+            return Err(unknown());
+        };
+        if version != cursor::VERSION {
+            return Err(unknown());
+        }
+        let walked: Vec<bool> = walked
+            .chars()
+            .map(|c| match c {
+                '0' => Ok(false),
+                '1' => Ok(true),
+                _ => Err(unknown()),
+            })
+            .collect::<Result<_, _>>()?;
+        if walked.len() != groups {
+            return Err(Error::invalid(
+                "cursor",
+                format!(
+                    "was returned by a listing over {} groups and this topology has {groups}: list again without a cursor",
+                    walked.len()
+                ),
+            ));
+        }
+        if u64::from_str_radix(text_tag, 16).ok() != Some(tag) {
+            return Err(Error::invalid(
+                "cursor",
+                "was returned for another prefix: pass the prefix of the page it came from",
+            ));
+        }
+        let group: usize = group.parse().map_err(|_| unknown())?;
+        if group >= groups || walked[group..].iter().any(|walked| *walked) {
+            return Err(unknown());
+        }
+        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(unknown());
+        }
+        let after = match after {
+            "" => None,
+            text => Some(cursor::decode(text).ok_or_else(unknown)?),
+        };
+        Ok(Position {
+            walked,
+            group,
+            scan: scan.to_string(),
+            after,
+        })
+    }
+}
+
+/// The text form of listing cursors.
+mod cursor {
+    use super::Candidate;
+
+    /// The first field of every cursor; a cursor of another form is refused.
+    pub const VERSION: &str = "c1";
+
+    /// A stable 64-bit FNV-1a hash of the prefix, so a cursor is not used with another one.
+    pub fn prefix_tag(prefix: &str) -> u64 {
+        prefix.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+            (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+        })
+    }
+
+    /// A candidate as hex: `l<name>` for a lock, `s<slot>:<name>` for a slot.
+    pub fn encode(candidate: &Candidate) -> String {
+        let text = match candidate {
+            Candidate::Lock(name) => format!("l{name}"),
+            Candidate::Slot(name, slot) => format!("s{slot}:{name}"),
+        };
+        text.bytes().map(|byte| format!("{byte:02x}")).collect()
+    }
+
+    pub fn decode(hex: &str) -> Option<Candidate> {
+        if !hex.len().is_multiple_of(2) {
+            return None;
+        }
+        let bytes = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        let text = String::from_utf8(bytes).ok()?;
+        if let Some(name) = text.strip_prefix('l') {
+            return Some(Candidate::Lock(name.to_string()));
+        }
+        let (slot, name) = text.strip_prefix('s')?.split_once(':')?;
+        Some(Candidate::Slot(name.to_string(), slot.parse().ok()?))
+    }
+}
+
+/// What a key met while listing is (the key without `<prefix>:{`): a lock, a semaphore's
+/// slot, or neither (a fence key, a semaphore's count).
+fn candidate_of(rest: &str) -> Option<Candidate> {
+    if let Some(name) = rest.strip_suffix("}:lock") {
+        return Some(Candidate::Lock(name.to_string()));
+    }
     let (name, slot) = rest.rsplit_once("}:permit:")?;
-    (!slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit())).then_some(name)
+    (!slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| Some(Candidate::Slot(name.to_string(), slot.parse().ok()?)))
+        .flatten()
 }
 
 #[cfg(test)]
@@ -464,13 +706,55 @@ mod tests {
 
     #[test]
     fn a_slot_key_names_its_semaphore_and_a_fence_key_names_none() {
-        assert_eq!(semaphore_of_slot("api}:permit:3"), Some("api"));
+        let slot = |name: &str, n| Some(Candidate::Slot(name.to_string(), n));
+        assert_eq!(candidate_of("api}:permit:3"), slot("api", 3));
         assert_eq!(
-            semaphore_of_slot("a}:permit:1}:permit:12"),
-            Some("a}:permit:1")
+            candidate_of("a}:permit:1}:permit:12"),
+            slot("a}:permit:1", 12)
         );
-        assert_eq!(semaphore_of_slot("api}:permit:3:fence"), None);
-        assert_eq!(semaphore_of_slot("api}:permit:"), None);
-        assert_eq!(semaphore_of_slot("api}:permits"), None);
+        assert_eq!(
+            candidate_of("db}:lock"),
+            Some(Candidate::Lock("db".to_string()))
+        );
+        assert_eq!(candidate_of("api}:permit:3:fence"), None);
+        assert_eq!(candidate_of("api}:permit:"), None);
+        assert_eq!(candidate_of("api}:permits"), None);
+        assert_eq!(candidate_of("db}:fence"), None);
+    }
+
+    #[test]
+    fn a_cursor_reads_back_as_the_position_it_was_written_from() {
+        let tag = cursor::prefix_tag("jobs:");
+        let position = Position {
+            walked: vec![true, false, false, false, false],
+            group: 2,
+            scan: "8192".to_string(),
+            after: Some(Candidate::Slot("api.v1:x".to_string(), 7)),
+        };
+        let text = position.render(tag);
+        assert_eq!(Position::parse(&text, 5, tag).ok(), Some(position));
+        let start = Position::start(3);
+        assert_eq!(
+            Position::parse(&start.render(tag), 3, tag).ok(),
+            Some(start)
+        );
+    }
+
+    #[test]
+    fn a_cursor_of_another_prefix_or_topology_or_garbage_is_refused_naming_cursor() {
+        let tag = cursor::prefix_tag("jobs:");
+        let text = Position::start(5).render(tag);
+        for (bad, groups, tag) in [
+            (text.as_str(), 5, cursor::prefix_tag("other")),
+            (text.as_str(), 3, tag),
+            ("garbage", 5, tag),
+            ("c1.00000.9.0.0.", 5, tag),
+            ("", 5, tag),
+        ] {
+            match Position::parse(bad, groups, tag) {
+                Err(Error::InvalidInput { field, .. }) => assert_eq!(field, "cursor"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
     }
 }
