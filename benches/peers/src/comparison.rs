@@ -1,20 +1,21 @@
 //! The comparison run: per lab shape, every library through every workload, round by round,
-//! each library going first, second and last in turn, and the figures gathered for the table.
+//! each library going first, second, third and last in turn, and the figures gathered for the
+//! table; then, in the product's shape, the failover phase of quorumlock and etcd.
 
 use std::time::Instant;
 
 use crate::BoxError;
 use crate::lab::{ConnectedLab, LabPids, warm_up};
-use crate::libraries::Library;
+use crate::libraries::{Library, LibraryKind};
 use crate::options::{Options, Shape};
-use crate::report::{self, Figures, Results};
+use crate::report::{self, FailoverResults, Figures, Results};
 use crate::workloads;
 
 /// Runs every round on a fresh lab of `shape` and returns its table.
 pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> {
     eprintln!("\n== {} ==", shape.describe());
     let started = Instant::now();
-    let lab = ConnectedLab::start(shape).await?;
+    let mut lab = ConnectedLab::start(shape).await?;
     eprintln!(
         "lab up in {:.1} s; warming up",
         started.elapsed().as_secs_f64()
@@ -23,7 +24,17 @@ pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxErr
     warm_up(&lab.quorum, &format!("{run}:q")).await;
     warm_up(&lab.rs, &format!("{run}:r")).await;
     warm_up(&lab.floor, &format!("{run}:f")).await;
-    let results = rounds(&lab, options, &run).await;
+    warm_up(&lab.etcd, &format!("{run}:e")).await;
+    let mut results = rounds(&lab, options, &run).await;
+    // Failover only means something where a group has a replica to promote.
+    let mut failovers = FailoverResults::new();
+    if results.is_ok()
+        && shape == Shape::Sentinel
+        && !options.no_failover
+        && let Err(error) = failover(&mut lab, options, &run, &mut failovers).await
+    {
+        results = Err(error);
+    }
     // The lab is stopped whether or not the rounds went through.
     lab.stop().await;
     let results = results?;
@@ -32,20 +43,24 @@ pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxErr
         shape.tag(),
         started.elapsed().as_secs_f64()
     );
-    Ok(report::table(shape, options.rounds, &results))
+    let mut table = report::table(shape, options.rounds, &results);
+    table.push_str(&report::failover_table(options, &failovers));
+    Ok(table)
 }
 
 async fn rounds(lab: &ConnectedLab, options: &Options, run: &str) -> Result<Results, BoxError> {
     let mut results = Results::new();
     for r in 0..options.rounds {
         eprintln!("round {}/{}", r + 1, options.rounds);
-        // Each library goes first, second and last in turn, so none always runs on a warmer
-        // or colder machine.
-        let mut order = [&lab.quorum, &lab.rs, &lab.floor];
-        order.rotate_left(r % 3);
+        // Each library goes first, second, third and last in turn, so none always runs on a
+        // warmer or colder machine.
+        let mut order = [&lab.quorum, &lab.rs, &lab.floor, &lab.etcd];
+        let len = order.len();
+        order.rotate_left(r % len);
         for library in order {
             let prefix = format!("{run}:{}:{r}", library.kind().name());
-            let figures = round(library, options, &prefix, &lab.pids).await?;
+            let pids = lab.pids_of(library.kind());
+            let figures = round(library, options, &prefix, pids).await?;
             results.entry(library.kind()).or_default().push(figures);
         }
     }
@@ -93,4 +108,39 @@ async fn round(
         ("client_util", cpu.client_util),
         ("vcsw", cpu.voluntary_switches),
     ]))
+}
+
+/// quorumlock with one group's master killed, then etcd with its leader killed, each a third
+/// of the way into a phase of lock+release cycles.
+async fn failover(
+    lab: &mut ConnectedLab,
+    options: &Options,
+    run: &str,
+    results: &mut FailoverResults,
+) -> Result<(), BoxError> {
+    let phase = options.failover;
+    let kill_at = phase / 3;
+    eprint!("failover: quorumlock (killing group 0's master)");
+    let library = lab.quorum.clone();
+    let running = workloads::start_failover(&library, &format!("{run}:failover:q"), phase);
+    tokio::time::sleep(kill_at).await;
+    lab.kill_master(0).await?;
+    let quorum = running.finish().await;
+    eprint!(
+        " — longest gap {:.0} ms, {} failed",
+        quorum.longest_gap_ms, quorum.failed
+    );
+    results.insert(LibraryKind::Quorum, quorum);
+    eprint!("; etcd (killing the leader)");
+    let library = lab.etcd.clone();
+    let running = workloads::start_failover(&library, &format!("{run}:failover:e"), phase);
+    tokio::time::sleep(kill_at).await;
+    let killed = lab.etcd_cluster.kill_leader().await?;
+    let etcd = running.finish().await;
+    eprintln!(
+        " ({killed}) — longest gap {:.0} ms, {} failed",
+        etcd.longest_gap_ms, etcd.failed
+    );
+    results.insert(LibraryKind::Etcd, etcd);
+    Ok(())
 }

@@ -1,12 +1,15 @@
-//! The three libraries behind one face: quorumlock, rslock and the floor (`floor.rs`).
+//! The four libraries behind one face: quorumlock, rslock, the floor (`floor.rs`) and etcd
+//! (`etcd.rs`).
 //!
 //! Without contention every library makes one try: quorumlock `acquire(..).ttl(..)` (no
 //! wait), rslock `LockManager::lock` (its up-to-3 tries; the first succeeds on a free
-//! resource), the floor one `SET NX PX` round. Under contention each waits with its own
-//! policy: quorumlock with `.wait(time left in the phase)` (release notifications plus a
-//! fallback timer), rslock with `LockManager::acquire_no_guard` (loops over `lock`, which
-//! tries 3 times with a random 0..200 ms pause between tries; rslock's defaults), the floor by
-//! retrying every millisecond; all are cut off at the end of the phase.
+//! resource), the floor one `SET NX PX` round, etcd one `Lock` call (granted at once on a free
+//! resource). Under contention each waits with its own policy: quorumlock with `.wait(time
+//! left in the phase)` (release notifications plus a fallback timer), rslock with
+//! `LockManager::acquire_no_guard` (loops over `lock`, which tries 3 times with a random
+//! 0..200 ms pause between tries; rslock's defaults), the floor by retrying every millisecond,
+//! etcd by its `Lock` call waiting in etcd's queue (by key revision); all are cut off at the
+//! end of the phase.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,10 +18,15 @@ use clap::ValueEnum;
 use quorumlock::Locks;
 use rslock::LockManager;
 
+use crate::etcd::{EtcdLock, EtcdLocks};
 use crate::floor::{Floor, FloorLock};
 
 /// The TTL of every lock, in every workload.
 pub const TTL: Duration = Duration::from_secs(10);
+
+/// How long an etcd `Lock` call on a free resource may take before it counts as failed
+/// (etcd has no try-lock; the call would wait in line).
+const ETCD_TRY_LIMIT: Duration = Duration::from_secs(2);
 
 /// Which library; also the values of `--profile`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -29,6 +37,8 @@ pub enum LibraryKind {
     Rs,
     #[value(name = "floor")]
     Floor,
+    #[value(name = "etcd")]
+    Etcd,
 }
 
 impl LibraryKind {
@@ -37,6 +47,7 @@ impl LibraryKind {
             LibraryKind::Quorum => "quorumlock",
             LibraryKind::Rs => "rslock",
             LibraryKind::Floor => "floor",
+            LibraryKind::Etcd => "etcd",
         }
     }
 }
@@ -47,6 +58,7 @@ pub enum Library {
     Quorum(Locks),
     Rs(LockManager),
     Floor(Arc<Floor>),
+    Etcd(Arc<EtcdLocks>),
 }
 
 /// What each library hands back for a held lock.
@@ -54,6 +66,7 @@ enum LockHandle {
     Quorum(quorumlock::Lease),
     Rs(rslock::Lock),
     Floor(FloorLock),
+    Etcd(EtcdLock),
 }
 
 /// A lock held through any library, with what the workloads check.
@@ -61,7 +74,7 @@ pub struct HeldLock {
     handle: LockHandle,
     /// When the library says the lock may no longer be relied on.
     pub valid_until: Instant,
-    /// quorumlock's fencing token; the others have none.
+    /// The fencing token of quorumlock and etcd; rslock and the floor have none.
     pub fence: Option<u64>,
     /// quorumlock's count of acquire attempts behind this lease; the others do not tell.
     pub attempts: Option<u32>,
@@ -73,6 +86,7 @@ impl Library {
             Library::Quorum(_) => LibraryKind::Quorum,
             Library::Rs(_) => LibraryKind::Rs,
             Library::Floor(_) => LibraryKind::Floor,
+            Library::Etcd(_) => LibraryKind::Etcd,
         }
     }
 
@@ -104,6 +118,7 @@ impl Library {
                     handle: LockHandle::Floor(lock),
                 })
             }
+            Library::Etcd(etcd) => Ok(etcd_held(etcd.acquire(resource, ETCD_TRY_LIMIT).await?)),
         }
     }
 
@@ -137,6 +152,11 @@ impl Library {
                     Ok(held) => return Some(held),
                     Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
                 },
+                // The call waits in etcd's queue; the phase's end cuts it off.
+                Library::Etcd(etcd) => match etcd.acquire(resource, left).await {
+                    Ok(lock) => return Some(etcd_held(lock)),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                },
             }
         }
     }
@@ -155,6 +175,7 @@ impl Library {
                 floor.release(&lock).await;
                 Ok(())
             }
+            (Library::Etcd(etcd), LockHandle::Etcd(lock)) => etcd.release(lock).await,
             (_, _) => Err("a lock handed to another library".into()),
         }
     }
@@ -166,6 +187,7 @@ impl Library {
             // rslock has no close; dropping the manager drops its connections.
             Library::Rs(manager) => drop(manager),
             Library::Floor(floor) => floor.close().await,
+            Library::Etcd(etcd) => etcd.close().await,
         }
     }
 }
@@ -187,5 +209,14 @@ fn rs_held(lock: rslock::Lock) -> HeldLock {
         fence: None,
         attempts: None,
         handle: LockHandle::Rs(lock),
+    }
+}
+
+fn etcd_held(lock: EtcdLock) -> HeldLock {
+    HeldLock {
+        valid_until: lock.valid_until,
+        fence: Some(lock.fence),
+        attempts: None,
+        handle: LockHandle::Etcd(lock),
     }
 }

@@ -1,9 +1,12 @@
-//! quorumlock vs rslock, side by side, in one process, against one local lab.
+//! quorumlock vs rslock vs etcd, side by side, in one process, against one local lab.
 //!
 //! A third column, the floor (`floor.rs`), is the least a Redlock on fred can do: `SET NX PX`
 //! to every master, counted at a majority, compare-and-delete to release, nothing else. It
 //! shows what the protocol and the client library cost on this machine, apart from
-//! quorumlock's fencing, admission check and batching.
+//! quorumlock's fencing, admission check and batching. A fourth, etcd (`etcd.rs`, on a
+//! 3-member cluster from `etcd_cluster.rs`), is what users pick for a majority-backed lock
+//! with a fencing token; in the product's shape a failover phase kills one of quorumlock's
+//! masters and etcd's leader.
 //!
 //! The same workloads (`workloads.rs`) run for every library (`libraries.rs`), interleaved
 //! round by round (`comparison.rs`), and every figure is the median over the rounds
@@ -15,6 +18,8 @@
 
 mod comparison;
 mod cpu;
+mod etcd;
+mod etcd_cluster;
 mod floor;
 mod lab;
 mod libraries;
@@ -72,7 +77,7 @@ async fn compare(options: &Options) -> Result<(), String> {
     let mut report = String::new();
     let _ = writeln!(
         report,
-        "quorumlock vs rslock 0.10 — {} rounds; per round: {} sequential acquires, {:.1} s at concurrency 1, \
+        "quorumlock vs rslock 0.10 vs the floor vs etcd (etcd-client 0.21) — {} rounds; per round: {} sequential acquires, {:.1} s at concurrency 1, \
          {:.1} s at concurrency 64, {:.1} s contention; {} runtime, {} worker threads on {} cores",
         options.rounds,
         options.samples,

@@ -6,7 +6,7 @@ use clap::{Parser, ValueEnum};
 
 use crate::libraries::LibraryKind;
 
-/// quorumlock vs rslock vs a bare Redlock (the floor), side by side on one local lab.
+/// quorumlock vs rslock vs a bare Redlock (the floor) vs etcd, side by side on one local lab.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "quorumlock-peers")]
 // A flag given twice keeps its last value, as the hand-written parser did.
@@ -39,6 +39,15 @@ pub struct Options {
     /// Seconds of the contended phase (16 workers, one resource).
     #[arg(long = "contend-secs", value_name = "S", default_value = "2", value_parser = seconds)]
     pub contend: Duration,
+
+    /// Seconds of the failover phase (product shape only): quorumlock, then etcd, 16 tasks
+    /// cycling; a third of the way in, one group's master or etcd's leader is killed.
+    #[arg(long = "failover-secs", value_name = "S", default_value = "9", value_parser = seconds)]
+    pub failover: Duration,
+
+    /// Skip the failover phase.
+    #[arg(long)]
+    pub no_failover: bool,
 
     /// Run only this library's concurrency-64 phase and print the PIDs (for perf).
     #[arg(long, value_name = "LIBRARY")]
@@ -153,6 +162,8 @@ mod tests {
         assert_eq!(options.c1, Duration::from_secs(1));
         assert_eq!(options.c64, Duration::from_secs(2));
         assert_eq!(options.contend, Duration::from_secs(2));
+        assert_eq!(options.failover, Duration::from_secs(9));
+        assert!(!options.no_failover);
         assert_eq!(options.profile, None);
         assert_eq!(options.profile_secs, Duration::from_secs(10));
         Ok(())

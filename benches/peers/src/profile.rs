@@ -11,28 +11,29 @@ pub async fn profile(kind: LibraryKind, options: &Options) -> Result<(), BoxErro
     let shape = options.profile_shape();
     let lab = ConnectedLab::start(shape).await?;
     let library = lab.library(kind);
+    let pids = lab.pids_of(kind);
     let run = format!("peers:profile:{}", std::process::id());
     warm_up(library, &run).await;
     eprintln!(
-        "profile: {} on {}; client PID {}, masters {:?}, replicas {:?}, sentinels {:?}",
+        "profile: {} on {}; client PID {}, servers {:?}, replicas {:?}, sentinels {:?}",
         kind.name(),
         shape.describe(),
         std::process::id(),
-        lab.pids.masters,
-        lab.pids.replicas,
-        lab.pids.sentinels
+        pids.masters,
+        pids.replicas,
+        pids.sentinels
     );
     let phase = workloads::cycles(
         library,
         &format!("{run}:c64"),
         64,
         options.profile_secs,
-        &lab.pids,
+        pids,
     )
     .await;
     let cpu = phase.cpu;
     println!(
-        "{}: {:.0} cycles/s at concurrency 64, {} errors; per cycle: client {:.1} µs CPU, masters {:.1} µs, \
+        "{}: {:.0} cycles/s at concurrency 64, {} errors; per cycle: client {:.1} µs CPU, servers {:.1} µs, \
          replicas+Sentinels {:.1} µs; client {:.2} cores; {:.2} voluntary + {:.2} involuntary context switches",
         kind.name(),
         phase.per_sec,

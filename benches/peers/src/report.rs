@@ -1,17 +1,22 @@
 //! The report: each round's figures by row, and per lab shape a Markdown table of the medians
-//! over the rounds, the ratios to rslock, and the targets met or not.
+//! over the rounds, the ratios to rslock and to etcd, the targets met or not, and the failover
+//! figures.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use crate::libraries::LibraryKind;
-use crate::options::Shape;
+use crate::options::{Options, Shape};
+use crate::workloads::Failover;
 
 /// Every figure of one library's round, by row key.
 pub type Figures = BTreeMap<&'static str, f64>;
 
 /// Every round's figures of each library, in round order.
 pub type Results = BTreeMap<LibraryKind, Vec<Figures>>;
+
+/// The failover phase's result of each library that went through it.
+pub type FailoverResults = BTreeMap<LibraryKind, Failover>;
 
 struct Row {
     key: &'static str,
@@ -47,7 +52,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "seq_cpu_masters",
-        label: "sequential: redis masters CPU per acquire+release (µs)",
+        label: "sequential: server CPU per acquire+release (µs; redis masters, or etcd's 3 members)",
         better: "lower",
         summed: false,
         decimals: 0,
@@ -82,7 +87,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "cont_attempts",
-        label: "contended: acquire attempts per acquisition (rslock does not report it)",
+        label: "contended: acquire attempts per acquisition (only quorumlock reports it)",
         better: "lower",
         summed: false,
         decimals: 1,
@@ -96,7 +101,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "fence_regr",
-        label: "fencing regressions (sum; only quorumlock has tokens)",
+        label: "fencing regressions (sum; quorumlock's tokens, etcd's key revisions)",
         better: "must be 0",
         summed: true,
         decimals: 0,
@@ -117,7 +122,7 @@ const ROWS: &[Row] = &[
     },
     Row {
         key: "cpu_masters",
-        label: "c64: redis masters CPU per cycle (µs, 5 summed)",
+        label: "c64: server CPU per cycle (µs; 5 redis masters summed, or etcd's 3 members)",
         better: "lower",
         summed: false,
         decimals: 1,
@@ -205,9 +210,9 @@ pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
     );
     let _ = writeln!(
         out,
-        "| figure | quorumlock | rslock | floor | ratio q/r | ratio floor/r | better |"
+        "| figure | quorumlock | rslock | floor | etcd | ratio q/r | ratio floor/r | ratio q/etcd | better |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---|");
     for row in ROWS {
         let pick = |kind: LibraryKind| {
             if row.summed {
@@ -219,7 +224,8 @@ pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
         let q = pick(LibraryKind::Quorum);
         let r = pick(LibraryKind::Rs);
         let f = pick(LibraryKind::Floor);
-        // Only quorumlock has fencing tokens.
+        let e = pick(LibraryKind::Etcd);
+        // rslock and the floor have no fencing tokens.
         let without_tokens = |v: f64| {
             if row.key == "fence_regr" {
                 "n/a".into()
@@ -227,15 +233,23 @@ pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
                 format_value(v, row.decimals)
             }
         };
+        // etcd has no replicas or Sentinels beside its members.
+        let etcd_value = if row.key == "cpu_others" {
+            "n/a".into()
+        } else {
+            format_value(e, row.decimals)
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             row.label,
             format_value(q, row.decimals),
             without_tokens(r),
             without_tokens(f),
+            etcd_value,
             ratio(q, r, row.summed),
             ratio(f, r, row.summed),
+            ratio(q, e, row.summed),
             row.better
         );
     }
@@ -276,7 +290,74 @@ fn targets(results: &Results) -> String {
         verdict(cont >= 1.5 && overlaps == 0.0),
         versus(LibraryKind::Floor, "cont")
     );
+    let against_etcd = |key: &str| {
+        median_of(results, LibraryKind::Quorum, key) / median_of(results, LibraryKind::Etcd, key)
+    };
+    let regressions = sum_of(results, LibraryKind::Quorum, "fence_regr")
+        + sum_of(results, LibraryKind::Etcd, "fence_regr");
+    let _ = writeln!(
+        out,
+        "\nTargets against etcd (both fenced: quorumlock's tokens, etcd's lock key revisions; {regressions} regressions):"
+    );
+    let p50 = against_etcd("acq_p50");
+    let _ = writeln!(
+        out,
+        "- acquire p50 <= 0.25 x etcd: {p50:.2} x -> {}",
+        verdict(p50 <= 0.25)
+    );
+    let c64 = against_etcd("c64");
+    let _ = writeln!(
+        out,
+        "- cycles/s at concurrency 64 >= 5 x etcd: {c64:.2} x -> {}",
+        verdict(c64 >= 5.0)
+    );
     out
+}
+
+/// The failover phase, one column per library that went through it; empty when none did.
+pub fn failover_table(options: &Options, results: &FailoverResults) -> String {
+    let mut out = String::new();
+    if results.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\n### Failover — one run of {:.0} s, 16 tasks cycling lock+release, a kill at {:.0} s\n",
+        options.failover.as_secs_f64(),
+        (options.failover / 3).as_secs_f64()
+    );
+    let kinds: Vec<LibraryKind> = results.keys().copied().collect();
+    let header: Vec<String> = kinds.iter().map(|kind| killed(*kind)).collect();
+    let _ = writeln!(out, "| figure | {} |", header.join(" | "));
+    let _ = writeln!(out, "|---|{}", "---:|".repeat(kinds.len()));
+    let row = |label: &str, value: &dyn Fn(&Failover) -> String| {
+        let cells: Vec<String> = kinds
+            .iter()
+            .filter_map(|kind| results.get(kind))
+            .map(value)
+            .collect();
+        format!("| {label} | {} |\n", cells.join(" | "))
+    };
+    out.push_str(&row("longest time with no successful acquire (ms)", &|f| {
+        format!("{:.0}", f.longest_gap_ms)
+    }));
+    out.push_str(&row("  which began at (ms into the phase)", &|f| {
+        format!("{:.0}", f.gap_started_ms)
+    }));
+    out.push_str(&row("failed calls (acquires and releases)", &|f| {
+        f.failed.to_string()
+    }));
+    out.push_str(&row("successful acquires", &|f| f.acquired.to_string()));
+    out
+}
+
+/// The column heading of a library in the failover table: what was killed.
+fn killed(kind: LibraryKind) -> String {
+    match kind {
+        LibraryKind::Etcd => "etcd (leader killed)".into(),
+        LibraryKind::Quorum => "quorumlock (group 0's master killed)".into(),
+        other => other.name().into(),
+    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,14 @@
-//! The three workloads, the same for every library (TTL 10 s everywhere):
+//! The workloads, the same for every library (TTL 10 s everywhere):
 //! 1. sequential acquire latency: acquire one resource, release it, repeat; only the acquire
 //!    is timed (p50, p99); the CPU used per acquire+release is read as well;
 //! 2. lock+release cycles/s at concurrency N (1 and 64 in a round), each task on its own
 //!    resource, with the CPU of this process and of the lab's redis processes per cycle;
 //! 3. contention: 16 workers, one resource, 1 ms hold; every hold is recorded as
 //!    [acquired, released] and checked for overlaps; the longest wait and (quorumlock only)
-//!    the acquire attempts per acquisition are reported.
+//!    the acquire attempts per acquisition are reported;
+//! 4. failover (quorumlock and etcd, once per run): `FAILOVER_WORKERS` tasks cycle
+//!    lock+release on their own resources while a server is killed; the longest time with no
+//!    successful acquire and the failed calls are reported.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +22,8 @@ use crate::libraries::Library;
 const CONTENDERS: usize = 16;
 /// How long a contended worker keeps the lock.
 const HOLD: Duration = Duration::from_millis(1);
+/// Tasks cycling through the failover phase, each on its own resource.
+const FAILOVER_WORKERS: usize = 16;
 
 /// Workload 1's result.
 pub struct Latency {
@@ -247,4 +252,101 @@ fn mean_attempts(holds: &[Hold]) -> f64 {
         .map(f64::from)
         .sum::<f64>()
         / holds.len() as f64
+}
+
+/// Workload 4's result.
+pub struct Failover {
+    /// The longest stretch of the phase with no successful acquire by any task.
+    pub longest_gap_ms: f64,
+    /// Failed acquires and releases.
+    pub failed: u64,
+    /// Successful acquires.
+    pub acquired: usize,
+    /// When the longest gap began, from the start of the phase.
+    pub gap_started_ms: f64,
+}
+
+/// What one failover task saw.
+#[derive(Default)]
+struct FailoverLog {
+    acquired: Vec<Instant>,
+    failed: u64,
+}
+
+/// Workload 4, running: the tasks cycle while the caller kills a server.
+pub struct RunningFailover {
+    started: Instant,
+    deadline: Instant,
+    tasks: Vec<tokio::task::JoinHandle<FailoverLog>>,
+}
+
+/// Starts workload 4 for `phase`; the caller kills a server meanwhile and then calls
+/// `finish`.
+pub fn start_failover(library: &Library, prefix: &str, phase: Duration) -> RunningFailover {
+    let started = Instant::now();
+    let deadline = started + phase;
+    let tasks = (0..FAILOVER_WORKERS)
+        .map(|task| {
+            let (library, resource) = (library.clone(), format!("{prefix}:{task}"));
+            tokio::spawn(async move {
+                let mut log = FailoverLog::default();
+                while Instant::now() < deadline {
+                    match library.try_acquire(&resource).await {
+                        Ok(held) => {
+                            log.acquired.push(Instant::now());
+                            if library.release(held).await.is_err() {
+                                log.failed += 1;
+                            }
+                        }
+                        Err(_) => {
+                            log.failed += 1;
+                            // A failing call may fail at once; do not spin on it.
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                }
+                log
+            })
+        })
+        .collect();
+    RunningFailover {
+        started,
+        deadline,
+        tasks,
+    }
+}
+
+impl RunningFailover {
+    /// Waits for every task and measures the longest gap between successful acquires, the
+    /// phase's start and end counting as bounds.
+    pub async fn finish(self) -> Failover {
+        let mut times = vec![self.started];
+        let mut failed = 0;
+        for task in self.tasks {
+            if let Ok(log) = task.await {
+                times.extend(log.acquired);
+                failed += log.failed;
+            }
+        }
+        let acquired = times.len() - 1;
+        times.push(
+            self.deadline
+                .max(times.iter().copied().max().unwrap_or(self.deadline)),
+        );
+        times.sort();
+        let (mut longest, mut gap_start) = (Duration::ZERO, self.started);
+        for pair in times.windows(2) {
+            let gap = pair[1] - pair[0];
+            if gap > longest {
+                longest = gap;
+                gap_start = pair[0];
+            }
+        }
+        Failover {
+            longest_gap_ms: longest.as_secs_f64() * 1e3,
+            failed,
+            acquired,
+            gap_started_ms: (gap_start - self.started).as_secs_f64() * 1e3,
+        }
+    }
 }
