@@ -180,7 +180,7 @@ async fn lock_status_shows_the_holder_the_fence_and_every_groups_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_locks_lists_held_locks_by_prefix_and_says_when_the_limit_truncates() {
+async fn list_locks_lists_held_locks_by_prefix_and_pages_with_next_cursor() {
     tool_contract("list_locks", async |client, _| {
         acquire_contract_lock(client).await;
         let second = ok(
@@ -212,6 +212,28 @@ async fn list_locks_lists_held_locks_by_prefix_and_says_when_the_limit_truncates
         .await;
         assert_eq!(limited["locks"].as_array().map(Vec::len), Some(1));
         assert_eq!(limited["truncated"], json!(true));
+        assert!(list.get("next_cursor").is_none(), "the last page has none");
+        // Following next_cursor gives the other lock, then the end.
+        let cursor = limited["next_cursor"].clone();
+        assert!(cursor.is_string(), "{limited}");
+        let next = ok(
+            client,
+            "list_locks",
+            json!({"prefix": "contract:", "limit": 1, "cursor": cursor}),
+        )
+        .await;
+        let both = [&limited, &next].map(|page| page["locks"][0]["resource"].clone());
+        assert_eq!(both, [json!("contract:a"), json!("contract:b")], "{next}");
+        assert_eq!(next["truncated"], json!(false));
+        assert!(next.get("next_cursor").is_none(), "{next}");
+        // A cursor is tied to its prefix.
+        let message = tool_error(
+            client,
+            "list_locks",
+            json!({"prefix": "other:", "limit": 1, "cursor": cursor}),
+        )
+        .await;
+        assert!(message.contains("`cursor`"), "{message}");
     })
     .await;
 }
@@ -395,6 +417,8 @@ async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving()
             ("list_locks", json!({"limit": 0}), "limit"),
             ("list_locks", json!({"limit": 20000}), "limit"),
             ("list_locks", json!({"prefix": "a\tb"}), "prefix"),
+            ("list_locks", json!({"cursor": "nonsense"}), "cursor"),
+            ("list_locks", json!({"cursor": ""}), "cursor"),
             ("cluster_health", json!({"verbose": true}), "verbose"),
         ];
         for (tool, arguments, field) in cases {

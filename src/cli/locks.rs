@@ -29,15 +29,18 @@ pub struct StatusArgs {
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Locks are listed first, then semaphores with a permit held: one entry each, with its\npermits held of its count and a row per holder (--json: `semaphores`, beside `locks`).\n\nExamples:\n  quorumlock list\n  quorumlock list jobs: --limit 20"
+    after_help = "Locks are listed first, then semaphores with a permit held: one entry each, with its\npermits held of its count and a row per holder (--json: `semaphores`, beside `locks`).\n\nA page holds at most --limit entries, sorted by name; when more match it ends with the\ncursor of the next page (--json: `next_cursor`). Following the cursors lists every lock\nheld all along exactly once.\n\nExamples:\n  quorumlock list\n  quorumlock list jobs: --limit 20\n  quorumlock list jobs: --limit 20 --cursor CURSOR   # the page after, CURSOR as printed"
 )]
 pub struct ListArgs {
     /// Only resources whose name starts with this.
     #[arg(default_value = "")]
     prefix: String,
-    /// At most this many locks and semaphores together.
+    /// At most this many locks and semaphores together on a page.
     #[arg(long, default_value_t = 100)]
     limit: usize,
+    /// Start at this page: the cursor the page before printed (with the same prefix).
+    #[arg(long)]
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -306,14 +309,16 @@ fn list_table(list: &crate::LockList) -> String {
             semaphore.permits.unwrap_or_default(),
         ));
     }
-    if list.truncated {
-        text.push_str("(more locks match: raise --limit)\n");
+    if let Some(cursor) = &list.next_cursor {
+        text.push_str(&format!("(more match: next page with --cursor {cursor})\n"));
     }
     text
 }
 
 pub async fn list(locks: &Locks, args: &ListArgs, json: bool) -> anyhow::Result<u8> {
-    let list = locks.list(&args.prefix, args.limit).await?;
+    let list = locks
+        .list_page(&args.prefix, args.limit, args.cursor.as_deref())
+        .await?;
     if json {
         output::json(&list)?;
     } else {

@@ -192,6 +192,18 @@ pub fn list_limit(limit: i64) -> Result<usize, ToolError> {
     }
 }
 
+/// A `list_locks` cursor: absent, or non-empty printable text (the engine checks the rest).
+pub fn cursor(cursor: Option<&str>) -> Result<Option<&str>, ToolError> {
+    match cursor {
+        Some(text) if text.is_empty() || text.chars().any(char::is_control) => {
+            Err(ToolError::invalid_arguments(
+                "invalid argument `cursor`: pass the next_cursor of the previous list_locks result unchanged, or leave cursor out for the first page",
+            ))
+        }
+        cursor => Ok(cursor),
+    }
+}
+
 /// A `list_locks` prefix: printable text.
 pub fn prefix(prefix: &str) -> Result<(), ToolError> {
     if prefix.chars().any(char::is_control) {

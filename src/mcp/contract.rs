@@ -130,9 +130,13 @@ pub struct ListLocksArgs {
     /// Only locks and semaphores whose name starts with this text (default: all).
     #[serde(default)]
     pub prefix: Option<String>,
-    /// Most locks and semaphores to return together, 1 to 10000 (default 100).
+    /// Most locks and semaphores to return together on this page, 1 to 10000 (default 100).
     #[serde(default = "default_list_limit")]
     pub limit: i64,
+    /// Where to continue: the `next_cursor` of the previous list_locks result, unchanged, with
+    /// the same prefix. Leave it out for the first page.
+    #[serde(default)]
+    pub cursor: Option<String>,
 }
 
 /// Arguments of `cluster_health` (none).
@@ -347,15 +351,20 @@ pub struct KeepaliveView {
 /// Result of `list_locks`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ListLocksResult {
-    /// Held locks, sorted by resource name.
+    /// Held locks on this page, sorted by resource name.
     pub locks: Vec<ListedLockView>,
     /// Semaphores with at least one permit held, sorted by name, one entry each: `name`,
     /// `permits` (its permit count; `holders` has one entry per permit held) and `holders`
     /// (`permit`, `owner`, `purpose`, `remaining_ms`, `fencing_token`). When as many holders
     /// as permits are listed, an acquire_lock with these permits will wait or be refused.
     pub semaphores: Vec<SemaphoreView>,
-    /// True when more locks and semaphores matched than `limit`.
+    /// True when more locks and semaphores match than this page holds; `next_cursor` is set.
     pub truncated: bool,
+    /// Present when more match: call list_locks again with the same prefix and this value as
+    /// `cursor` for the next page. Absent on the last page. Following it from the first page
+    /// lists every lock held all along exactly once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// One held lock: the engine's own type.

@@ -55,7 +55,8 @@ Only a keepalive lease of your own session is shown.";
 
 const LIST_LOCKS: &str = "List the locks currently held, optionally only those whose resource name starts with prefix: resource, owner, purpose and time left. \
 Semaphores with a permit held are listed apart under semaphores, one entry each: its permit count and who holds which permit, with owner, purpose and time left. \
-Use it to see what other agents are working on. Advisory, like lock_status.";
+Use it to see what other agents are working on. Advisory, like lock_status. \
+A result holds at most limit entries; when next_cursor is present, more match: call list_locks again with the same prefix and cursor set to that next_cursor for the next page, until next_cursor is absent.";
 
 const CLUSTER_HEALTH: &str = "Check the lock service itself: whether enough Redis groups answer to grant locks (quorum_available), and each group's reachability and latency. \
 Call it when a tool reports a quorum error, before retrying.";
@@ -519,10 +520,11 @@ impl LockServer {
         let prefix = args.prefix.unwrap_or_default();
         arguments::prefix(&prefix)?;
         let limit = arguments::list_limit(args.limit)?;
+        let cursor = arguments::cursor(args.cursor.as_deref())?;
         let list = self
             .shared()
             .locks
-            .list(&prefix, limit)
+            .list_page(&prefix, limit, cursor)
             .await
             .map_err(|error| self.failure(error))?;
         let mut summary = format!(
@@ -554,12 +556,13 @@ impl LockServer {
             summary.push_str(&format!(" under `{prefix}`"));
         }
         if list.truncated {
-            summary.push_str(" (more exist: raise limit or narrow prefix)");
+            summary.push_str(" (more exist: pass next_cursor as cursor for the next page)");
         }
         let result = ListLocksResult {
             locks: list.locks,
             semaphores: list.semaphores,
             truncated: list.truncated,
+            next_cursor: list.next_cursor,
         };
         Reply::new(summary, &result)
     }
