@@ -1,5 +1,6 @@
 //! `quorumlock serve`: the MCP server for AI agents, on stdio (default) or streamable HTTP
-//! (`--http ADDR`), and `--bench` to measure tool-call round trips against the topology.
+//! (`--http ADDR`), `--bench` to measure tool-call round trips against the topology, and
+//! `--bench-sessions` to measure the agent-swarm load (many sessions holding keepalive leases).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -26,7 +27,8 @@ Once listening it prints `quorumlock mcp listening on http://HOST:PORT/mcp` on s
 Examples:
   quorumlock --lab serve                                   # stdio, against the running lab
   QUORUMLOCK_MCP_TOKEN=$(openssl rand -hex 32) quorumlock --config prod.toml serve --http 0.0.0.0:8848 --allowed-host locks.internal
-  quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP";
+  quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP
+  quorumlock --lab serve --bench-sessions 1000 --bench-seconds 60   # 1000 sessions holding keepalive leases, 64 more acquiring";
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = AFTER_HELP)]
@@ -74,6 +76,25 @@ pub struct ServeArgs {
     /// Measured rounds per transport for --bench.
     #[arg(long, default_value_t = 2000, requires = "bench")]
     bench_rounds: usize,
+    /// Open this many HTTP sessions against a server child, each holding a keepalive lease at
+    /// the minimum TTL, while 64 more acquire and release; report renewals on time, leases
+    /// lost, server memory per session, CPU per renewal and acquire_lock p50/p99, then exit.
+    #[arg(long, value_name = "N", conflicts_with_all = ["http", "token_file", "allowed_hosts", "bench"], value_parser = clap::value_parser!(u64).range(1..))]
+    bench_sessions: Option<u64>,
+    /// How long --bench-sessions holds the leases while the 64 sessions acquire and release.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "bench_sessions", value_parser = clap::value_parser!(u64).range(1..))]
+    bench_seconds: u64,
+    /// Sessions that acquire and release during --bench-sessions.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 64,
+        requires = "bench_sessions"
+    )]
+    bench_churn: usize,
+    /// Print the process's keepalive renewal counts on stderr every 100 ms (for --bench-sessions).
+    #[arg(long, hide = true, requires = "http")]
+    report_renewals: bool,
 }
 
 pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8> {
@@ -88,6 +109,9 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
     limits.validate(topology.max_ttl())?;
     if args.bench {
         return run_bench(args, &topology).await;
+    }
+    if let Some(sessions) = args.bench_sessions {
+        return run_load(args, &topology, limits.min_ttl, sessions).await;
     }
     // Settings are checked before connecting, so a bad flag fails at once.
     if args.token_file.is_some() && std::env::var_os(BearerToken::ENV).is_some() {
@@ -110,6 +134,9 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         max_concurrent_calls: usize::try_from(args.max_concurrent_calls)?,
     };
     let server = McpServer::with_capacity(locks.clone(), limits, capacity)?;
+    if args.report_renewals {
+        tokio::spawn(report_renewals());
+    }
     match http {
         Some(options) => {
             serve_http(&server, options, termination(), |addr| {
@@ -129,6 +156,18 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
     }
     locks.close().await;
     Ok(exit::OK)
+}
+
+/// Prints the keepalive renewal counts on stderr every 100 ms, for the load driver.
+async fn report_renewals() {
+    let mut every = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        every.tick().await;
+        eprintln!(
+            "{}",
+            crate::mcp::renewals_line(crate::engine::lease::renewal_counts())
+        );
+    }
 }
 
 /// The bearer token was given both ways; which one was meant is unclear.
@@ -173,14 +212,60 @@ async fn run_bench(_args: &ServeArgs, _topology: &Topology) -> anyhow::Result<u8
     )
 }
 
+#[cfg(not(feature = "mcp-bench"))]
+async fn run_load(
+    _args: &ServeArgs,
+    _topology: &Topology,
+    _ttl: Duration,
+    _sessions: u64,
+) -> anyhow::Result<u8> {
+    anyhow::bail!(
+        "--bench-sessions needs the MCP client, which this build leaves out: build with `cargo build --release --features mcp-bench`"
+    )
+}
+
 #[cfg(feature = "mcp-bench")]
-async fn run_bench(args: &ServeArgs, topology: &Topology) -> anyhow::Result<u8> {
-    // The server children read the topology from a file, so the one in effect here (with
-    // every override applied) is written out for them.
+async fn run_load(
+    args: &ServeArgs,
+    topology: &Topology,
+    ttl: Duration,
+    sessions: u64,
+) -> anyhow::Result<u8> {
+    use crate::mcp::load::{self, LoadOptions};
+    let config = config_file(topology)?;
+    let options = LoadOptions {
+        binary: std::env::current_exe()
+            .context("cannot find this executable to start the server")?,
+        config: config.path().to_path_buf(),
+        sessions: usize::try_from(sessions)?,
+        hold: Duration::from_secs(args.bench_seconds),
+        churn_sessions: args.bench_churn,
+        ttl,
+    };
+    eprintln!(
+        "opening {} sessions, each taking a keepalive lease with ttl {} ms",
+        options.sessions,
+        ttl.as_millis()
+    );
+    let report = load::run(&options).await?;
+    print!("{}", load::summary(&report));
+    Ok(exit::OK)
+}
+
+/// The topology in effect here (with every override applied), written out for a server child.
+#[cfg(feature = "mcp-bench")]
+fn config_file(topology: &Topology) -> anyhow::Result<tempfile::NamedTempFile> {
     let mut config =
         tempfile::NamedTempFile::new().context("cannot create a temporary config file")?;
     std::io::Write::write_all(&mut config, topology.to_toml().as_bytes())
         .context("cannot write the temporary config file")?;
+    Ok(config)
+}
+
+#[cfg(feature = "mcp-bench")]
+async fn run_bench(args: &ServeArgs, topology: &Topology) -> anyhow::Result<u8> {
+    // The server children read the topology from a file.
+    let config = config_file(topology)?;
     let options = BenchOptions {
         binary: std::env::current_exe()
             .context("cannot find this executable to start the server")?,

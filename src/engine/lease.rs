@@ -5,6 +5,7 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{oneshot, watch};
@@ -440,6 +441,37 @@ impl Drop for KeptLease {
     }
 }
 
+/// Renewals by every keepalive task of this process, for load reports.
+static RENEWED: AtomicU64 = AtomicU64::new(0);
+static LATE: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+static LOST: AtomicU64 = AtomicU64::new(0);
+
+/// What every keepalive task of this process has done so far.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RenewalCounts {
+    /// Renewals that succeeded.
+    pub renewed: u64,
+    /// Of those, renewals that finished more than one interval (ttl/3) after they were due.
+    pub late: u64,
+    /// Renewals that failed and were retried.
+    pub failed: u64,
+    /// Leases given up as lost.
+    pub lost: u64,
+}
+
+/// The renewal counts of every keepalive task of this process since it started.
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub fn renewal_counts() -> RenewalCounts {
+    RenewalCounts {
+        renewed: RENEWED.load(Ordering::Relaxed),
+        late: LATE.load(Ordering::Relaxed),
+        failed: FAILED.load(Ordering::Relaxed),
+        lost: LOST.load(Ordering::Relaxed),
+    }
+}
+
 /// The keepalive loop. Returns the release result when it released the lease itself.
 async fn renew(
     mut lease: Lease,
@@ -468,8 +500,13 @@ async fn renew(
             end(&state, LeaseEnd::MaxHold);
             return Some(released);
         }
+        let due = next;
         match lease.extend(ttl).await {
             Ok(_) => {
+                RENEWED.fetch_add(1, Ordering::Relaxed);
+                if Instant::now() > due + interval {
+                    LATE.fetch_add(1, Ordering::Relaxed);
+                }
                 state.send_modify(|s| s.valid_until = lease.valid_until);
                 next = Instant::now() + interval;
             }
@@ -477,6 +514,7 @@ async fn renew(
             // in the background (a token is never granted again, so this can only take what
             // is ours), instead of standing until their TTL on the groups that renewed them.
             Err(Error::NotHeld { .. }) => {
+                LOST.fetch_add(1, Ordering::Relaxed);
                 end(
                     &state,
                     LeaseEnd::Lost("another holder or an expiry took the lock".into()),
@@ -485,8 +523,10 @@ async fn renew(
             }
             Err(error) => {
                 // Keep trying while the current validity lasts: the quorum may come back.
+                FAILED.fetch_add(1, Ordering::Relaxed);
                 let pause = (interval / 4).max(Duration::from_millis(1));
                 if clock.now() + pause >= lease.valid_until {
+                    LOST.fetch_add(1, Ordering::Relaxed);
                     end(
                         &state,
                         LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),

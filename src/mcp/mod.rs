@@ -21,6 +21,7 @@
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
 //! - `http`: the axum app (`/mcp`, `/healthz`, `/metrics`) and its graceful shutdown.
 //! - `stdio`: one session over stdin and stdout.
+//! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
 mod arguments;
 mod auth;
@@ -29,6 +30,8 @@ mod handler;
 mod hosts;
 mod http;
 mod http_sessions;
+#[cfg(feature = "mcp-bench")]
+pub mod load;
 mod metrics;
 mod reply;
 mod sessions;
@@ -47,6 +50,18 @@ use crate::{Locks, MIN_TTL};
 
 /// The line `serve --http` prints on stderr once it listens, followed by the endpoint URL.
 pub const LISTENING_PREFIX: &str = "quorumlock mcp listening on ";
+/// The line `serve --report-renewals` prints on stderr every 100 ms, followed by the
+/// process's keepalive renewal counts: renewed, late, failed, lost.
+pub const RENEWALS_PREFIX: &str = "quorumlock keepalive renewals ";
+
+/// The renewal report line for `counts`.
+pub(crate) fn renewals_line(counts: crate::engine::lease::RenewalCounts) -> String {
+    format!(
+        "{RENEWALS_PREFIX}{} {} {} {}",
+        counts.renewed, counts.late, counts.failed, counts.lost
+    )
+}
+
 /// Default shortest TTL an agent may ask for: a margin against clock drift and process pauses.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
 /// Default longest TTL an agent may ask for (the topology's default `max_ttl_ms`).
