@@ -179,24 +179,31 @@ async fn drive(
     let rss_before_kb = rss_kb(server.pid)?;
 
     let opened = Instant::now();
-    let holders: Vec<Client> = futures::stream::iter(0..options.sessions)
+    // Each holder keeps its index: `lock_status` shows a keepalive lease only to its session.
+    let holders: Vec<(usize, Client)> = futures::stream::iter(0..options.sessions)
         .map(|index| async move {
-            let client = connect(server).await?;
-            let arguments = serde_json::json!({
-                "resource": format!("load:hold:{index}"),
-                "ttl_ms": ttl_ms,
-                "keepalive": true,
-                "owner": "quorumlock-load",
-            });
-            let result = call(&client, "acquire_lock", arguments).await?;
-            if result.get("acquired").and_then(serde_json::Value::as_bool) != Some(true) {
-                return Err(format!("acquire_lock did not grant the lock: {result}"));
-            }
-            Ok(client)
+            let holder = async {
+                let client = connect(server).await?;
+                let arguments = serde_json::json!({
+                    "resource": format!("load:hold:{index}"),
+                    "ttl_ms": ttl_ms,
+                    "keepalive": true,
+                    // Rides out a group that misses its call timeout on a busy machine.
+                    "wait_ms": 10_000,
+                    "owner": "quorumlock-load",
+                });
+                let result = call(&client, "acquire_lock", arguments).await?;
+                if result.get("acquired").and_then(serde_json::Value::as_bool) != Some(true) {
+                    return Err(format!("acquire_lock did not grant the lock: {result}"));
+                }
+                Ok(client)
+            };
+            holder
+                .await
+                .map(|client| (index, client))
+                .map_err(|message| LoadError::Session { index, message })
         })
         .buffer_unordered(OPEN_CONCURRENCY)
-        .enumerate()
-        .map(|(index, outcome)| outcome.map_err(|message| LoadError::Session { index, message }))
         .collect::<Vec<_>>()
         .await
         .into_iter()
@@ -253,7 +260,7 @@ async fn drive(
         acquire_failures += result.failures;
     }
 
-    let still_renewing = futures::stream::iter(holders.iter().enumerate())
+    let still_renewing = futures::stream::iter(holders.iter())
         .map(|(index, client)| async move {
             let arguments = serde_json::json!({"resource": format!("load:hold:{index}")});
             call(client, "lock_status", arguments)
@@ -270,7 +277,7 @@ async fn drive(
         .filter(|renewing| std::future::ready(*renewing))
         .count()
         .await;
-    for client in holders.into_iter().chain(churn) {
+    for client in holders.into_iter().map(|(_, client)| client).chain(churn) {
         let _ = client.cancel().await;
     }
 
