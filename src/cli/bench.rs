@@ -1,5 +1,6 @@
 //! `quorumlock bench`: runs the engine benchmark against a topology (or a temporary lab) and
-//! prints HDR percentiles as a table or JSON.
+//! prints HDR percentiles as a table or JSON; `--many-locks N` instead measures what N live
+//! locks cost (Redis memory per lock and per fence key, `list` and `status` times).
 
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::lab::{Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it.\n\nExample:\n  quorumlock bench --samples 5000 --phase-secs 5 --json"
+    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it\n(with --many-locks, one whose max_ttl_ms is an hour, so the locks outlive the run).\n\n--many-locks N holds N locks (`bench:many:NNNNNN`, the topology's longest TTL) and prints the\nused_memory growth per lock and, after releasing them, per fence key left behind, and the\nmedian times of `list` (first page), `list` of a prefix, walking every page, and `status`.\n\nExamples:\n  quorumlock bench --samples 5000 --phase-secs 5 --json\n  quorumlock bench --many-locks 100000"
 )]
 pub struct BenchArgs {
     /// Sequential acquire+release cycles for the latency percentiles.
@@ -34,9 +35,15 @@ pub struct BenchArgs {
     /// Bytes of owner and purpose text stored with every lease (0 to 2048).
     #[arg(long, default_value_t = 0)]
     payload_bytes: usize,
+    /// Instead of the latency benchmark: hold this many locks and measure memory and listing.
+    #[arg(long)]
+    many_locks: Option<usize>,
 }
 
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
+    if let Some(count) = args.many_locks {
+        return many::run(count, cli).await;
+    }
     let options = BenchOptions {
         samples: args.samples,
         set_sizes: args.set_sizes.clone(),
@@ -87,4 +94,218 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
             exit::FAILURE
         },
     )
+}
+
+/// `--many-locks`: what many live locks cost.
+mod many {
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+    use serde::Serialize;
+
+    use super::super::{Cli, exit};
+    use crate::Locks;
+    use crate::group::reply::Reply;
+    use crate::lab::{Lab, LabSpec};
+
+    /// Acquires and releases in flight at once.
+    const CONCURRENCY: usize = 256;
+    /// Runs per timed read; the median is printed.
+    const RUNS: usize = 7;
+    /// Largest count accepted.
+    const MAX_LOCKS: usize = 10_000_000;
+
+    /// The figures `--many-locks` prints.
+    #[derive(Debug, Serialize)]
+    struct Report {
+        locks: usize,
+        acquire_secs: f64,
+        /// used_memory growth per lock, averaged over the groups (lock key, fence key, owner).
+        bytes_per_lock: f64,
+        /// used_memory left per released lock: its fence key, kept after the release.
+        bytes_per_fence_key: f64,
+        /// Median ms of the first page of `list` (limit 100).
+        list_first_page_ms: f64,
+        /// Median ms of `list` of a prefix matching 100 locks (limit 100).
+        list_prefix_ms: f64,
+        /// Ms to walk every page of `list` (limit 1000) once.
+        list_every_page_ms: f64,
+        /// Median ms of one full-keyspace SCAN on every group at once, the floor of a listing
+        /// that walks the whole keyspace per call.
+        full_scan_ms: f64,
+        /// Median ms of `status` of one lock.
+        status_ms: f64,
+    }
+
+    fn name(n: usize) -> String {
+        format!("bench:many:{n:06}")
+    }
+
+    fn median(mut runs: Vec<f64>) -> f64 {
+        runs.sort_by(f64::total_cmp);
+        runs.get(runs.len() / 2).copied().unwrap_or(0.0)
+    }
+
+    fn ms(since: Instant) -> f64 {
+        since.elapsed().as_secs_f64() * 1000.0
+    }
+
+    /// `used_memory` of every group that answers, summed, and how many answered.
+    async fn used_memory(locks: &Locks) -> (f64, usize) {
+        let mut total = 0.0;
+        let mut answered = 0;
+        for group in &locks.engine.groups {
+            if let Reply::Answer(text) = group.info(fred::types::InfoKind::Memory).await
+                && let Some(bytes) = text
+                    .lines()
+                    .find_map(|line| line.trim().strip_prefix("used_memory:"))
+                    .and_then(|n| n.parse::<f64>().ok())
+            {
+                total += bytes;
+                answered += 1;
+            }
+        }
+        (total, answered)
+    }
+
+    pub async fn run(count: usize, cli: &Cli) -> anyhow::Result<u8> {
+        if count == 0 || count > MAX_LOCKS {
+            anyhow::bail!("--many-locks must be between 1 and {MAX_LOCKS}, not {count}");
+        }
+        let (topology, temporary) = match cli.topology()? {
+            Some(topology) => (topology, None),
+            None => {
+                let dir = tempfile::tempdir()?;
+                eprintln!(
+                    "no topology configured: starting a temporary lab in {}",
+                    dir.path().display()
+                );
+                let spec = LabSpec {
+                    max_ttl_ms: 3_600_000,
+                    ..LabSpec::new(dir.path())
+                };
+                let lab = Lab::start(spec).await?;
+                (lab.topology(), Some((lab, dir)))
+            }
+        };
+        let ttl = topology.max_ttl();
+        let locks = Locks::connect(topology).await?;
+        let report = measure(&locks, count, ttl).await;
+        locks.close().await;
+        if let Some((lab, _dir)) = temporary {
+            lab.stop().await?;
+        }
+        let report = report?;
+        if cli.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!("locks held                      {}", report.locks);
+            println!(
+                "acquire all                     {:.1} s",
+                report.acquire_secs
+            );
+            println!(
+                "memory per lock (per group)     {:.0} B",
+                report.bytes_per_lock
+            );
+            println!(
+                "memory per fence key left       {:.0} B",
+                report.bytes_per_fence_key
+            );
+            println!(
+                "list, first page of 100         {:.1} ms",
+                report.list_first_page_ms
+            );
+            println!(
+                "list of a prefix matching 100   {:.1} ms",
+                report.list_prefix_ms
+            );
+            println!(
+                "list, every page of 1000        {:.1} ms",
+                report.list_every_page_ms
+            );
+            println!(
+                "one full SCAN of every group    {:.1} ms",
+                report.full_scan_ms
+            );
+            println!("status of one lock              {:.2} ms", report.status_ms);
+        }
+        Ok(exit::OK)
+    }
+
+    async fn measure(locks: &Locks, count: usize, ttl: Duration) -> anyhow::Result<Report> {
+        let (before, groups) = used_memory(locks).await;
+        let started = Instant::now();
+        let leases: Vec<_> = futures::stream::iter(0..count)
+            .map(|n| async move { locks.acquire(name(n)).ttl(ttl).owner("bench").await })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        let leases = leases.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let acquire_secs = started.elapsed().as_secs_f64();
+        let (held, _) = used_memory(locks).await;
+        let per_group = |bytes: f64| bytes / groups.max(1) as f64 / count as f64;
+
+        let mut first_page = Vec::new();
+        let mut prefix = Vec::new();
+        let mut status = Vec::new();
+        let mut full_scan = Vec::new();
+        // A prefix that matches 100 names when there are that many (`bench:many:0001NN`).
+        let narrow = if count >= 200 {
+            "bench:many:0001"
+        } else {
+            "bench:many:"
+        };
+        let pattern = format!("{}:{{bench:many:*}}:lock", locks.engine.topology.key_prefix);
+        for run in 0..RUNS {
+            let at = Instant::now();
+            locks.list("", 100).await?;
+            first_page.push(ms(at));
+            let at = Instant::now();
+            locks.list(narrow, 100).await?;
+            prefix.push(ms(at));
+            let at = Instant::now();
+            locks.status(&name(run * 7919 % count)).await?;
+            status.push(ms(at));
+            let at = Instant::now();
+            futures::future::join_all(
+                locks
+                    .engine
+                    .groups
+                    .iter()
+                    .map(|group| group.scan_keys(&pattern, usize::MAX)),
+            )
+            .await;
+            full_scan.push(ms(at));
+        }
+        let at = Instant::now();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = locks.list_page("", 1000, cursor.as_deref()).await?;
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let list_every_page_ms = ms(at);
+
+        let released: Vec<_> = futures::stream::iter(leases)
+            .map(|lease| lease.release())
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+        released.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let (after, _) = used_memory(locks).await;
+        Ok(Report {
+            locks: count,
+            acquire_secs,
+            bytes_per_lock: per_group(held - before),
+            bytes_per_fence_key: per_group(after - before),
+            list_first_page_ms: median(first_page),
+            list_prefix_ms: median(prefix),
+            list_every_page_ms,
+            full_scan_ms: median(full_scan),
+            status_ms: median(status),
+        })
+    }
 }
