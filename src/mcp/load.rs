@@ -282,7 +282,7 @@ async fn drive(
     }
 
     let interval_ms = (ttl_ms / 3).max(1);
-    let hold_ms = u64::try_from(hold_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let hold_ms = (hold_seconds * 1000.0) as u64;
     let expected_in_hold = options.sessions as u64 * hold_ms / interval_ms;
     let attempts = renewals_end.renewed + renewals_end.failed;
     let on_time = renewals_end.renewed.saturating_sub(renewals_end.late);
