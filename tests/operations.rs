@@ -255,7 +255,7 @@ async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_library_reads_secrets_only_when_asked() {
-    let (fx, config) = password_lab().await;
+    let (_lab, config) = password_lab().await;
     let mut topology = Topology::from_file(&config).expect("the file parses");
     assert_eq!(topology.groups[0].password, None);
     assert_eq!(topology.groups[0].sentinel_password, None);

@@ -123,7 +123,7 @@ async fn bench_http(options: &BenchOptions) -> Result<TransportReport, BenchErro
         .arg(&options.config)
         .args(["serve", "--http", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
-        .env(super::auth::TOKEN_ENV, &token)
+        .env(crate::mcp::BearerToken::ENV, &token)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
