@@ -631,3 +631,37 @@ async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantin
         health.groups[0].admission
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_does_not_take_a_deployment_for_brand_new_when_groups_do_not_answer() {
+    let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
+    // g1 lost its data; every other group holds the policy but none answers.
+    for group in 1..5 {
+        fx.lab.kill(group).await.expect("kill");
+    }
+    fx.lab.restart(0).await.expect("restart g1 empty");
+    let admitted = fx
+        .locks
+        .admit(&AdmitOptions {
+            groups: vec!["g1".into()],
+            policy: Policy {
+                max_ttl_ms: 3_000,
+                write_window_ms: 0,
+            },
+            delay: Duration::ZERO,
+            force: false,
+        })
+        .await
+        .expect("admit");
+    let why = admitted[0].error.as_deref().unwrap_or_default();
+    assert!(
+        why.contains("did not answer"),
+        "g1 was admitted as if the deployment were brand new: {admitted:?}"
+    );
+    let health = fx.locks.health().await;
+    assert!(
+        !matches!(health.groups[0].admission, Admission::Voting),
+        "{:?}",
+        health.groups[0].admission
+    );
+}

@@ -107,12 +107,19 @@ impl Locks {
             Value::from(if options.force { "1" } else { "0" }),
         ];
         // A master without a policy, while other groups hold one, lost its data: it may be
-        // admitted only after the largest policy's quarantine (or by force). Only when no
-        // group holds a policy is the deployment brand new.
-        let held: Vec<Policy> = engine.read_policies().await.into_iter().flatten().collect();
+        // admitted only after the largest policy's quarantine (or by force). Only when every
+        // group answers with no policy is the deployment brand new: a group that does not
+        // answer may hold one, and leases a majority granted with it.
+        let answers = engine.read_policy_answers().await;
+        let held: Vec<Policy> = answers.iter().filter_map(PolicyAnswer::policy).collect();
+        let silent = answers
+            .iter()
+            .filter(|answer| matches!(answer, PolicyAnswer::NoAnswer))
+            .count();
         let largest = held.iter().copied().fold(options.policy, Policy::merge);
         let covered = millis(options.delay) >= largest.quarantine_ms();
-        let brand_new = held.is_empty();
+        let none_held = held.is_empty();
+        let brand_new = none_held && silent == 0;
         let lock_keys = format!("{prefix}:{{*");
         let chosen = engine
             .groups
@@ -130,6 +137,12 @@ impl Locks {
                     error: Some(error),
                 };
                 if !options.force && !covered && !group_has_policy(group, policy_name).await {
+                    if none_held && silent > 0 {
+                        return refused(format!(
+                            "has no lock policy, and {silent} group(s) did not answer: they may hold one, so this may not be a brand-new deployment and the master may have missed grants: admit it when every group answers, with --after-ms {} (the policy's quarantine), or force it",
+                            largest.quarantine_ms()
+                        ));
+                    }
                     if !brand_new {
                         return refused(format!(
                             "has no lock policy while other groups hold one, so it lost its data and may have missed grants: admit it with --after-ms {} (the largest policy's quarantine), or force it",
@@ -181,6 +194,25 @@ impl Locks {
             }
         });
         Ok(futures::future::join_all(admissions).await)
+    }
+}
+
+/// What one group answered when asked for its lock policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PolicyAnswer {
+    Held(Policy),
+    /// It answered, with no policy.
+    Missing,
+    /// It did not answer (down, cut off, timed out).
+    NoAnswer,
+}
+
+impl PolicyAnswer {
+    fn policy(&self) -> Option<Policy> {
+        match self {
+            PolicyAnswer::Held(policy) => Some(*policy),
+            PolicyAnswer::Missing | PolicyAnswer::NoAnswer => None,
+        }
     }
 }
 
@@ -238,6 +270,15 @@ impl Engine {
 
     /// Every group's lock policy (`None` where it has none or did not answer).
     pub(crate) async fn read_policies(&self) -> Vec<Option<Policy>> {
+        self.read_policy_answers()
+            .await
+            .iter()
+            .map(PolicyAnswer::policy)
+            .collect()
+    }
+
+    /// What each group answered when asked for its lock policy.
+    async fn read_policy_answers(&self) -> Vec<PolicyAnswer> {
         let policy = policy_key(&self.topology.key_prefix);
         let replies = fan_out(
             &self.groups,
@@ -250,8 +291,11 @@ impl Engine {
         replies
             .iter()
             .map(|reply| match reply {
-                Some(Reply::Answer(values)) => parse_policy(values),
-                _ => None,
+                Some(Reply::Answer(values)) => match parse_policy(values) {
+                    Some(policy) => PolicyAnswer::Held(policy),
+                    None => PolicyAnswer::Missing,
+                },
+                _ => PolicyAnswer::NoAnswer,
             })
             .collect()
     }
