@@ -338,8 +338,10 @@ impl Locks {
     /// One page of the locks and semaphores [`Locks::list`] finds, from `cursor` (`None` for
     /// the first page; then the `next_cursor` of the page before, with the same prefix).
     /// Each page is sorted by name; `next_cursor` is `Some` exactly when more match. Across
-    /// the pages of one listing every lock and semaphore held all along is listed exactly
-    /// once. Advisory, like [`Locks::status`].
+    /// the pages of one listing every lock and semaphore held all along is listed once while
+    /// the keys stay as they are. Advisory, like [`Locks::status`]: a key that expired on a
+    /// group read before (a missed renewal), a group that stops answering mid-walk, or a
+    /// waiter's partial grant on a group read before can show a lock twice or hide it.
     ///
     /// A page costs SCAN calls on one group at a time from where the page before stopped,
     /// not a walk of every group's keyspace: a lock held on a majority has its key on at
