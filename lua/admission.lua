@@ -1,6 +1,6 @@
--- Prologue of the scripts that vote (acquire, extend). A master votes only under its lock
--- policy, and only once its current replication history has been known for the policy's
--- quarantine.
+-- Prologue of the scripts that vote (acquire, extend), after info.lua. A master votes only
+-- under its lock policy, and only once its current replication history has been known for
+-- the policy's quarantine.
 -- The policy (<prefix>:policy = {max_ttl_ms, write_window_ms}) is replicated data: the
 -- server owns it, whatever each client's configuration says. A master without one lost its
 -- data and cannot tell how long to sit out: it answers unadmitted until it adopts the policy
@@ -25,8 +25,8 @@ local function admission(marker, policy_key)
     return admission_answer or nil
   end
   local info = redis.call('INFO', 'replication', 'memory')
-  local eviction = string.match(info, 'maxmemory_policy:([%w%-]+)')
-  if (tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0) > 0 and eviction ~= 'noeviction' then
+  local eviction = eviction_policy(info)
+  if eviction then
     admission_answer = {6, eviction}
     return admission_answer
   end
@@ -37,7 +37,7 @@ local function admission(marker, policy_key)
     return admission_answer
   end
   local window = tonumber(policy[2]) or 0
-  local history = string.match(info, 'master_replid:(%w+)')
+  local history = info_field(info, 'master_replid')
   local clock = redis.call('TIME')
   local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
   local admitted = redis.call('HMGET', marker, 'history', 'vote_from', 'since')

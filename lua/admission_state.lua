@@ -1,14 +1,12 @@
--- Read-only view of this master's admission to the vote (see admission.lua).
+-- Read-only view of this master's admission to the vote (see admission.lua). (info.lua is
+-- prepended.)
 -- KEYS: admission marker, policy
 -- Returns {admitted_history_matches (1/0), ms until it may vote (<= 0: voting),
 --          max_ttl_ms (-1: no policy), write_window_ms, maxmemory_policy when the master
 --          may evict keys (else '')}
 local info = redis.call('INFO', 'replication', 'memory')
-local history = string.match(info, 'master_replid:(%w+)')
-local eviction = string.match(info, 'maxmemory_policy:([%w%-]+)')
-if (tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0) == 0 or eviction == 'noeviction' then
-  eviction = ''
-end
+local history = info_field(info, 'master_replid')
+local eviction = eviction_policy(info) or ''
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from', 'since')

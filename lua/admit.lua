@@ -10,7 +10,7 @@ local had_policy = tonumber(current[1]) ~= nil
 local max_ttl = math.max(tonumber(current[1]) or 0, tonumber(ARGV[1]))
 local window = math.max(tonumber(current[2]) or 0, tonumber(ARGV[2]))
 redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window)
-local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+local history = info_field(redis.call('INFO', 'replication'), 'master_replid')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- A quarantine in progress is never shortened: raising the policy on a promoted replica

@@ -10,7 +10,7 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local quarantine = tonumber(ARGV[1]) + tonumber(ARGV[2])
 redis.call('HSET', KEYS[2], 'max_ttl_ms', ARGV[1], 'write_window_ms', ARGV[2])
-local history = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)')
+local history = info_field(redis.call('INFO', 'replication'), 'master_replid')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 redis.set_repl(redis.REPL_NONE)

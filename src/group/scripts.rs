@@ -3,7 +3,8 @@
 //! Each script runs atomically on one master; the engine calls them by SHA and reloads them
 //! when a master answers NOSCRIPT (after a restart, a failover or `SCRIPT FLUSH`). Shared
 //! prologues are prepended at compile time: `holder.lua` (the lock's value) to every script
-//! that reads a lock, `admission.lua` to the scripts that vote. `BATCH` carries acquire,
+//! that reads a lock, `info.lua` to those that read INFO, `admission.lua` to the scripts that
+//! vote. `BATCH` carries acquire,
 //! release and extend as functions, for the group-commit path (`crate::batch`).
 
 use std::sync::LazyLock;
@@ -14,6 +15,7 @@ use fred::types::scripts::Script;
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
         include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/info.lua"),
         include_str!("../../lua/admission.lua"),
         include_str!("../../lua/acquire.lua")
     ))
@@ -22,6 +24,7 @@ pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static PERMIT: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
         include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/info.lua"),
         include_str!("../../lua/admission.lua"),
         include_str!("../../lua/permit.lua")
     ))
@@ -30,6 +33,7 @@ pub(crate) static PERMIT: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
         include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/info.lua"),
         include_str!("../../lua/admission.lua"),
         include_str!("../../lua/extend.lua")
     ))
@@ -45,6 +49,7 @@ pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
 pub(crate) static BATCH: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
         include_str!("../../lua/holder.lua"),
+        include_str!("../../lua/info.lua"),
         include_str!("../../lua/admission.lua"),
         "local CALLS = {}\nCALLS.acquire = function(KEYS, ARGV)\n",
         include_str!("../../lua/acquire.lua"),
@@ -70,15 +75,23 @@ pub(crate) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
 });
 
 /// Gives a master that lost its data the policy of a majority of groups.
-pub(crate) static ADOPT: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../../lua/adopt.lua")));
+pub(crate) static ADOPT: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../../lua/info.lua"),
+        include_str!("../../lua/adopt.lua")
+    ))
+});
 /// Read-only view of a master's lock policy.
 pub(crate) static POLICY: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../../lua/policy.lua")));
 
 /// Read-only view of a master's admission, for health reports.
-pub(crate) static ADMISSION_STATE: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../../lua/admission_state.lua")));
+pub(crate) static ADMISSION_STATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../../lua/info.lua"),
+        include_str!("../../lua/admission_state.lua")
+    ))
+});
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
@@ -99,6 +112,9 @@ pub(crate) fn all() -> [&'static Script; 10] {
 
 /// Admits a master's current replication history to the vote under a lock policy (bootstrap
 /// of fresh masters, and raising a policy).
-pub(crate) const ADMIT_LUA: &str = include_str!("../../lua/admit.lua");
+pub(crate) const ADMIT_LUA: &str = concat!(
+    include_str!("../../lua/info.lua"),
+    include_str!("../../lua/admit.lua")
+);
 /// [`ADMIT_LUA`], run by SHA.
 pub(crate) static ADMIT: LazyLock<Script> = LazyLock::new(|| Script::from_lua(ADMIT_LUA));
