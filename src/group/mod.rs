@@ -295,6 +295,9 @@ impl Group {
             group: config.name.clone(),
             message: error.to_string(),
         })?;
+        // fred 10 applies these options to plain commands but not to EVAL and EVALSHA, which
+        // go straight to the client: its own config above carries the same timeout,
+        // fail-fast and single attempt, so a lock call is bounded either way.
         let timed = client.with_options(&Options {
             timeout: Some(call_timeout),
             fail_fast: true,
