@@ -9,7 +9,7 @@ use clap::Subcommand;
 use super::output;
 use crate::Error;
 use crate::lab::relay::{self, LinkClass};
-use crate::lab::{Lab, LabSpec, Node, NodeStatus};
+use crate::lab::{ClusterShape, Lab, LabSpec, Node, NodeStatus};
 
 /// `quorumlock lab ...`; group numbers on the command line count from 1 (`g1`).
 #[derive(Debug, Clone, Subcommand)]
@@ -21,7 +21,8 @@ pub enum LabCommand {
   quorumlock lab up --base-port 7000 --groups 3
   quorumlock lab up --sentinels 0 --replicas 0 # plain masters, no failover
   quorumlock lab up --tls --password s3cret    # TLS only (private CA in <lab dir>/tls), auth
-  quorumlock lab up --links                    # a relay in front of every node: partition, heal, slow")]
+  quorumlock lab up --links                    # a relay in front of every node: partition, heal, slow
+  quorumlock lab up --cluster --shards 3       # each group a Redis Cluster: 3 primaries + 1 replica each")]
     Up {
         /// First of a block of consecutive ports: masters, then replicas, then Sentinels.
         /// Default: free ports chosen by the OS.
@@ -30,13 +31,14 @@ pub enum LabCommand {
         /// Number of master groups (g1..gN); use an odd number.
         #[arg(long, default_value_t = 5)]
         groups: usize,
-        /// Replicas per group.
+        /// Replicas per group (with --cluster, per shard).
         #[arg(long, default_value_t = 1)]
         replicas: usize,
         /// Sentinels watching every group; 0 starts plain masters without failover.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, conflicts_with = "cluster")]
         sentinels: usize,
-        /// Milliseconds of silence before a Sentinel calls a master down.
+        /// Milliseconds of silence before a Sentinel calls a master down (with --cluster,
+        /// the cluster's node timeout).
         #[arg(long, default_value_t = 500)]
         down_after_ms: u64,
         /// Sentinel failover timeout in milliseconds.
@@ -46,13 +48,21 @@ pub enum LabCommand {
         #[arg(long, env = "QUORUMLOCK_LAB_PASSWORD")]
         password: Option<String>,
         /// Listen on TLS only, with client certificates, under a CA generated in the lab dir.
-        #[arg(long, conflicts_with = "links")]
+        #[arg(long, conflicts_with_all = ["links", "cluster"])]
         tls: bool,
         /// Put a relay in front of every master and replica, so that `lab partition`,
         /// `lab heal` and `lab slow` can cut and slow its links. Clients, replicas and
         /// Sentinels use the relays' ports; `lab status` shows both.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "cluster")]
         links: bool,
+        /// Make every group a Redis Cluster (no Sentinels): --shards primaries, each with
+        /// --replicas replicas, the 16,384 slots split evenly. It fails over by itself, with
+        /// three shards or more.
+        #[arg(long)]
+        cluster: bool,
+        /// Primaries per Cluster group (with --cluster).
+        #[arg(long, default_value_t = 3, requires = "cluster")]
+        shards: usize,
     },
     /// Stop every process of the lab (by PID) and remove its state file.
     Down,
@@ -61,31 +71,60 @@ pub enum LabCommand {
   quorumlock lab status
   quorumlock --json lab status | jq '.nodes[] | select(.role == \"master\") | .port'")]
     Status,
-    /// SIGKILL the current master of GROUP; Sentinel promotes its replica.
+    /// SIGKILL the current master of GROUP (of a Cluster group, the primary of --shard);
+    /// Sentinel, or the cluster, promotes its replica.
     #[command(after_help = "Example:
-  quorumlock lab kill 3        # kill g3's master, then watch `quorumlock lab status`
-  quorumlock lab restart 3     # bring it back (empty: nothing is persisted)")]
+  quorumlock lab kill 3           # kill g3's master, then watch `quorumlock lab status`
+  quorumlock lab restart 3        # bring it back (empty: nothing is persisted)
+  quorumlock lab kill 2 --shard 1 # a lab started with --cluster: g2's shard s1")]
     Kill {
         /// Group number, 1..N (1 is g1).
         group: usize,
+        /// Shard number of a Cluster group, 1..S (1 is s1); required with --cluster labs.
+        #[arg(long)]
+        shard: Option<usize>,
     },
-    /// SIGSTOP the current master of GROUP: its sockets stay open but it answers nothing.
+    /// SIGSTOP the current master of GROUP (of a Cluster group, the primary of --shard): its
+    /// sockets stay open but it answers nothing.
     #[command(after_help = "Example:
   quorumlock lab freeze 2 && sleep 3 && quorumlock lab thaw 2")]
     Freeze {
         /// Group number, 1..N (1 is g1).
         group: usize,
+        /// Shard number of a Cluster group, 1..S (1 is s1); required with --cluster labs.
+        #[arg(long)]
+        shard: Option<usize>,
     },
     /// SIGCONT every frozen node of GROUP.
     Thaw {
         /// Group number, 1..N (1 is g1).
         group: usize,
     },
-    /// Start the dead nodes of GROUP again, empty (nothing is persisted); if none is dead,
-    /// kill and restart its current master.
+    /// Start the dead nodes of GROUP (or of its --shard) again, empty (nothing is
+    /// persisted); if none is dead, kill and restart its current master (the shard's primary).
     Restart {
         /// Group number, 1..N (1 is g1).
         group: usize,
+        /// Shard number of a Cluster group, 1..S (1 is s1).
+        #[arg(long)]
+        shard: Option<usize>,
+    },
+    /// Move a range of slots of a Cluster group from one shard's primary to another's, keys
+    /// and all (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT NODE).
+    #[command(after_help = "Example:
+  quorumlock lab migrate 2 --slots 0-99 --from 1 --to 2   # g2: slots 0..99 from s1 to s2")]
+    Migrate {
+        /// Group number, 1..N (1 is g1).
+        group: usize,
+        /// Slots to move: FIRST-LAST or one slot, within 0-16383.
+        #[arg(long, value_parser = parse_slots)]
+        slots: SlotRange,
+        /// Shard number the slots leave, 1..S.
+        #[arg(long)]
+        from: usize,
+        /// Shard number that serves them afterwards, 1..S.
+        #[arg(long)]
+        to: usize,
     },
     /// Cut links of the current master of GROUP at its relay (lab started with --links): the
     /// links stay open but carry nothing, as in a network partition, until `lab heal`.
@@ -148,6 +187,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             password,
             tls,
             links,
+            cluster,
+            shards,
         } => {
             // The relays are this very executable, run as `quorumlock lab relay`.
             let binary = if links {
@@ -162,7 +203,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             let spec = LabSpec {
                 groups,
                 replicas,
-                sentinels,
+                // Cluster groups fail over by themselves.
+                sentinels: if cluster { 0 } else { sentinels },
                 base_port,
                 down_after_ms,
                 failover_timeout_ms,
@@ -170,6 +212,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 tls,
                 links,
                 binary,
+                cluster: cluster.then_some(ClusterShape { shards }),
                 ..LabSpec::new(dir)
             };
             up(spec).await
@@ -183,7 +226,78 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             Ok(())
         }
         LabCommand::Status => status(&Lab::open(dir)?, json).await,
-        LabCommand::Kill { group } => {
+        LabCommand::Kill {
+            group,
+            shard: Some(shard),
+        } => {
+            let mut lab = Lab::open(dir)?;
+            let (index, shard_index) = shard_index(&lab, group, shard)?;
+            let node = lab.kill_primary(index, shard_index).await?;
+            println!(
+                "killed the primary of g{group} shard s{shard}, {} (PID {}); the cluster promotes a replica after {} ms of silence if most of g{group}'s primaries are alive",
+                shown(&node),
+                node.pid,
+                lab.spec().down_after_ms
+            );
+            Ok(())
+        }
+        LabCommand::Freeze {
+            group,
+            shard: Some(shard),
+        } => {
+            let mut lab = Lab::open(dir)?;
+            let (index, shard_index) = shard_index(&lab, group, shard)?;
+            let node = lab.freeze_primary(index, shard_index).await?;
+            println!(
+                "froze the primary of g{group} shard s{shard}, {} (PID {}, SIGSTOP); resume it with `quorumlock lab thaw {group}`",
+                shown(&node),
+                node.pid
+            );
+            Ok(())
+        }
+        LabCommand::Restart {
+            group,
+            shard: Some(shard),
+        } => {
+            let mut lab = Lab::open(dir)?;
+            let (index, shard_index) = shard_index(&lab, group, shard)?;
+            let nodes = lab.restart_shard(index, shard_index).await?;
+            for node in nodes {
+                println!(
+                    "restarted g{group} s{shard} {} {} (PID {}), empty; it rejoins its cluster",
+                    node.kind,
+                    shown(&node),
+                    node.pid
+                );
+            }
+            Ok(())
+        }
+        LabCommand::Migrate {
+            group,
+            slots,
+            from,
+            to,
+        } => {
+            let mut lab = Lab::open(dir)?;
+            let (index, from_index) = shard_index(&lab, group, from)?;
+            let (_, to_index) = shard_index(&lab, group, to)?;
+            let started = Instant::now();
+            let report = lab
+                .migrate_slots(index, from_index, to_index, slots.first..=slots.last)
+                .await?;
+            println!(
+                "moved {} slots ({}-{}) and {} keys of g{group} from s{from} ({}) to s{to} ({}) in {:.1} s",
+                report.slots,
+                slots.first,
+                slots.last,
+                report.keys,
+                shown(&report.from),
+                shown(&report.to),
+                started.elapsed().as_secs_f64()
+            );
+            Ok(())
+        }
+        LabCommand::Kill { group, shard: None } => {
             let mut lab = Lab::open(dir)?;
             let node = lab.kill(group_index(&lab, group)?).await?;
             let next = if lab.spec().sentinels == 0 {
@@ -203,7 +317,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             );
             Ok(())
         }
-        LabCommand::Freeze { group } => {
+        LabCommand::Freeze { group, shard: None } => {
             let mut lab = Lab::open(dir)?;
             let node = lab.freeze(group_index(&lab, group)?).await?;
             println!(
@@ -224,7 +338,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             }
             Ok(())
         }
-        LabCommand::Restart { group } => {
+        LabCommand::Restart { group, shard: None } => {
             let mut lab = Lab::open(dir)?;
             let nodes = lab.restart(group_index(&lab, group)?).await?;
             for node in nodes {
@@ -326,6 +440,14 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
         1 => "master + 1 replica".to_string(),
         count => format!("master + {count} replicas"),
     };
+    let members = match spec.cluster {
+        Some(shape) => format!(
+            "each a Redis Cluster of {} shards, {} each",
+            shape.shards,
+            members.replacen("master", "primary", 1)
+        ),
+        None => members,
+    };
     let watchers = match spec.sentinels {
         0 => "no Sentinels".to_string(),
         count => format!("{count} Sentinels"),
@@ -393,13 +515,64 @@ fn group_index(lab: &Lab, group: usize) -> Result<usize, Error> {
     }
 }
 
+/// Turns 1-based GROUP and --shard arguments into the lab's 0-based indexes.
+fn shard_index(lab: &Lab, group: usize, shard: usize) -> Result<(usize, usize), Error> {
+    let index = group_index(lab, group)?;
+    let Some(shape) = lab.spec().cluster else {
+        return Err(Error::InvalidInput {
+            field: "--shard",
+            reason: "this lab's groups are not Redis Clusters; start one with `quorumlock lab up --cluster`, or leave --shard out".into(),
+        });
+    };
+    if (1..=shape.shards).contains(&shard) {
+        Ok((index, shard - 1))
+    } else {
+        Err(Error::InvalidInput {
+            field: "--shard",
+            reason: format!(
+                "must be between 1 and {} (each group has s1..s{}), got {shard}",
+                shape.shards, shape.shards
+            ),
+        })
+    }
+}
+
+/// A range of hash slots from the command line, both ends included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRange {
+    pub first: u16,
+    pub last: u16,
+}
+
+fn parse_slots(text: &str) -> Result<SlotRange, String> {
+    let slot = |part: &str| {
+        part.trim()
+            .parse::<u16>()
+            .ok()
+            .filter(|&slot| slot < 16_384)
+            .ok_or_else(|| format!("`{part}` is not a slot number between 0 and 16383"))
+    };
+    let (first, last) = match text.split_once('-') {
+        Some((first, last)) => (slot(first)?, slot(last)?),
+        None => (slot(text)?, slot(text)?),
+    };
+    if first > last {
+        return Err(format!(
+            "{first}-{last} ends before it starts; write FIRST-LAST"
+        ));
+    }
+    Ok(SlotRange { first, last })
+}
+
 /// One row per process: each node, and under a node with links its relay. A node's PORT is
 /// the one clients use, with the node's own port beside it when a relay stands in between.
 fn table(nodes: &[NodeStatus]) -> String {
     let rows = nodes.iter().flat_map(|node| {
-        let group = node
-            .group
-            .map_or("-".to_string(), |group| format!("g{}", group + 1));
+        let group = match (node.group, node.shard) {
+            (Some(group), Some(shard)) => format!("g{} s{}", group + 1, shard + 1),
+            (Some(group), None) => format!("g{}", group + 1),
+            (None, _) => "-".to_string(),
+        };
         let state = match (node.alive, node.frozen) {
             (false, _) => "dead",
             (true, true) => "frozen",

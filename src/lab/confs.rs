@@ -1,7 +1,8 @@
 //! The lab's layout and configs: which node gets which name and ports (the order in the module
 //! docs), and the config text of every master, replica and Sentinel, including the listening
 //! lines of a TLS lab, the ids Sentinels are pre-seeded with, and, in a lab with links, the
-//! public ports (relays) that replicas, Sentinels and clients are pointed at.
+//! public ports (relays) that replicas, Sentinels and clients are pointed at. A cluster lab
+//! has its own layout and config lines ([`cluster_layout`], `cluster_conf`).
 
 use std::path::Path;
 
@@ -17,6 +18,15 @@ pub(super) struct RelayPorts {
     pub(super) control: u16,
 }
 
+/// Where a node of a cluster lab sits: its shard, and the port of its cluster bus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ClusterPorts {
+    /// 0-based shard of its group.
+    pub(super) shard: usize,
+    /// Where it talks to the other nodes of its cluster (`cluster-port`).
+    pub(super) bus: u16,
+}
+
 /// A node about to be started.
 pub(super) struct Slot {
     pub(super) name: String,
@@ -26,6 +36,8 @@ pub(super) struct Slot {
     pub(super) port: u16,
     /// The relay in front of a data node of a lab with links.
     pub(super) relay: Option<RelayPorts>,
+    /// Shard and bus port of a node of a cluster lab.
+    pub(super) cluster: Option<ClusterPorts>,
 }
 
 impl Slot {
@@ -57,6 +69,9 @@ pub(super) fn consecutive_ports(base: u16, count: usize) -> Result<Vec<u16>, Lab
 /// data nodes' public ports); with links, the data nodes' real ports follow in the same
 /// order, then their relays' control ports.
 pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
+    if let Some(shape) = spec.cluster {
+        return cluster_layout(spec, shape.shards, ports);
+    }
     let data_nodes = spec.groups * (1 + spec.replicas);
     let node_count = spec.node_count();
     let mut named = Vec::with_capacity(spec.node_count());
@@ -98,6 +113,7 @@ pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
                         public: named_port,
                         control,
                     }),
+                    cluster: None,
                 },
                 _ => Slot {
                     name,
@@ -105,11 +121,63 @@ pub(super) fn layout(spec: &LabSpec, ports: &[u16]) -> Vec<Slot> {
                     kind,
                     port: named_port,
                     relay: None,
+                    cluster: None,
                 },
             }
         })
         .collect()
 }
+
+/// The layout of a cluster lab: in each group (g1 first) each shard (s1 first) lists its
+/// primary, then its replicas, named `g1-s1-primary`, `g1-s1-replica1`. The first half of
+/// `ports` are their client ports in that order, the second half their cluster bus ports.
+pub(super) fn cluster_layout(spec: &LabSpec, shards: usize, ports: &[u16]) -> Vec<Slot> {
+    let mut named = Vec::with_capacity(spec.groups * shards * (1 + spec.replicas));
+    for group in 0..spec.groups {
+        for shard in 0..shards {
+            let prefix = format!("g{}-s{}", group + 1, shard + 1);
+            named.push((format!("{prefix}-primary"), group, shard, NodeKind::Master));
+            for replica in 0..spec.replicas {
+                let name = format!("{prefix}-replica{}", replica + 1);
+                named.push((name, group, shard, NodeKind::Replica));
+            }
+        }
+    }
+    let count = named.len();
+    named
+        .into_iter()
+        .enumerate()
+        .filter_map(|(index, (name, group, shard, kind))| {
+            Some(Slot {
+                name,
+                group: Some(group),
+                kind,
+                port: *ports.get(index)?,
+                relay: None,
+                cluster: Some(ClusterPorts {
+                    shard,
+                    bus: *ports.get(count + index)?,
+                }),
+            })
+        })
+        .collect()
+}
+
+/// The slots each of `shards` primaries starts with: 16,384 split into consecutive ranges
+/// whose sizes differ by at most one.
+pub(super) fn slot_ranges(shards: usize) -> Vec<(u16, u16)> {
+    let total = usize::from(CLUSTER_SLOTS);
+    (0..shards)
+        .filter_map(|shard| {
+            let first = u16::try_from(shard * total / shards).ok()?;
+            let last = u16::try_from((shard + 1) * total / shards - 1).ok()?;
+            Some((first, last))
+        })
+        .collect()
+}
+
+/// The hash slots of a Redis Cluster.
+pub(super) const CLUSTER_SLOTS: u16 = 16_384;
 
 /// One config text per slot, in slot order.
 pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
@@ -128,6 +196,9 @@ pub(super) fn render_confs(spec: &LabSpec, slots: &[Slot]) -> Vec<String> {
         .iter()
         .map(|slot| {
             let node_dir = spec.dir.join(&slot.name);
+            if let Some(cluster) = slot.cluster {
+                return cluster_conf(spec, slot, &node_dir, cluster);
+            }
             match slot.kind {
                 NodeKind::Master => data_conf(spec, slot, &node_dir, None),
                 NodeKind::Replica => {
@@ -178,6 +249,24 @@ fn data_conf(spec: &LabSpec, slot: &Slot, node_dir: &Path, replica_of: Option<u1
             "min-replicas-to-write 1\nmin-replicas-max-lag {lag}\n"
         ));
     }
+    conf
+}
+
+/// A cluster node: a data node without `replicaof` (a cluster node becomes a replica through
+/// `CLUSTER REPLICATE`), with its own `nodes.conf` in its directory and an explicit bus port,
+/// since the default (port + 10000) may fall outside the port range or on a taken port.
+fn cluster_conf(spec: &LabSpec, slot: &Slot, node_dir: &Path, cluster: ClusterPorts) -> String {
+    let mut conf = data_conf(spec, slot, node_dir, None);
+    conf.push_str(&format!(
+        "cluster-enabled yes\n\
+         cluster-config-file nodes.conf\n\
+         cluster-port {}\n\
+         cluster-announce-ip 127.0.0.1\n\
+         cluster-node-timeout {}\n\
+         # A replica takes over however long it was cut off: the lab wants failovers to happen.\n\
+         cluster-replica-validity-factor 0\n",
+        cluster.bus, spec.down_after_ms
+    ));
     conf
 }
 
@@ -324,6 +413,60 @@ mod tests {
         assert!(confs[5].contains("replicaof 127.0.0.1 7000\n"));
         assert!(!confs[0].contains("replicaof"));
         assert!(!confs[0].contains("replica-announce-port"));
+    }
+
+    #[test]
+    fn a_cluster_lab_lists_each_shard_primary_first_and_gives_every_node_a_bus_port() {
+        let spec = LabSpec {
+            cluster: Some(crate::lab::ClusterShape { shards: 2 }),
+            sentinels: 0,
+            ..LabSpec::new("/tmp/lab")
+        };
+        assert_eq!(spec.port_count(), 2 * 5 * 2 * 2);
+        let ports = consecutive_ports(7000, spec.port_count()).expect("fits");
+        let slots = layout(&spec, &ports);
+        assert_eq!(slots.len(), 20);
+        let find = |name: &str| slots.iter().find(|slot| slot.name == name).expect(name);
+        let primary = find("g1-s2-primary");
+        assert_eq!((primary.port, primary.kind), (7002, NodeKind::Master));
+        assert_eq!(
+            primary.cluster,
+            Some(ClusterPorts {
+                shard: 1,
+                bus: 7022
+            })
+        );
+        let replica = find("g2-s1-replica1");
+        assert_eq!((replica.port, replica.group), (7005, Some(1)));
+        assert_eq!(replica.cluster.map(|cluster| cluster.bus), Some(7025));
+
+        let confs = render_confs(&spec, &slots);
+        assert!(confs[2].contains("cluster-enabled yes\n"));
+        assert!(confs[2].contains("cluster-config-file nodes.conf\n"));
+        assert!(confs[2].contains("cluster-port 7022\n"));
+        assert!(confs[2].contains("cluster-node-timeout 500\n"));
+        assert!(
+            !confs[5].contains("replicaof"),
+            "CLUSTER REPLICATE makes replicas"
+        );
+    }
+
+    #[test]
+    fn slot_ranges_cover_every_slot_once_in_near_equal_parts() {
+        assert_eq!(slot_ranges(1), vec![(0, 16_383)]);
+        assert_eq!(
+            slot_ranges(3),
+            vec![(0, 5460), (5461, 10_921), (10_922, 16_383)]
+        );
+        for shards in 1..=7 {
+            let ranges = slot_ranges(shards);
+            assert_eq!(ranges.len(), shards);
+            assert_eq!(ranges.first().map(|range| range.0), Some(0));
+            assert_eq!(ranges.last().map(|range| range.1), Some(16_383));
+            for pair in ranges.windows(2) {
+                assert_eq!(pair[0].1 + 1, pair[1].0);
+            }
+        }
     }
 
     #[test]

@@ -31,8 +31,26 @@
 //! requires client certificates and replicates over TLS; the lab's own control client speaks
 //! TLS with the same settings as the engine, so no plaintext port is left open beside it and
 //! the port layout stays the same.
+//!
+//! Cluster labs ([`LabSpec::cluster`]): each group is a Redis Cluster of its own instead of a
+//! Sentinel-watched master: `shards` primaries, each with `replicas` replicas, every node a
+//! plain `redis-server` with `--cluster-enabled yes` and its own `nodes.conf` in its
+//! directory (`g1-s1-primary`, `g1-s1-replica1`, ...). The lab splits the 16,384 slots evenly
+//! over the primaries, joins each group's nodes with `CLUSTER MEET`, makes the replicas with
+//! `CLUSTER REPLICATE`, and returns once every node of every group reports `cluster_state:ok`
+//! and all agree on the slot map. The cluster fails over by itself after `down_after_ms`
+//! (`cluster-node-timeout`), which needs a majority of a group's primaries alive: with fewer
+//! than three shards no failover can happen. There are no Sentinels, relays or TLS. A node
+//! keeps its `nodes.conf` across a restart, so it rejoins its cluster (empty, as every
+//! restarted node). Ports: with a base port every node's client port comes first, group by
+//! group, shard by shard, primary then replicas, then their bus ports in the same order.
+//! [`Lab::kill_primary`], [`Lab::freeze_primary`] and [`Lab::restart_shard`] address one
+//! shard's current primary, [`Lab::migrate_slots`] moves slots between shards of a group,
+//! and [`Lab::cluster_seeds`] gives each group's seed nodes. Cluster labs are not admitted
+//! under a lock policy: the admission script spans two slots.
 
 mod certificates;
+mod cluster;
 mod confs;
 pub mod install;
 mod probe;
@@ -55,6 +73,8 @@ use crate::config::{GroupConfig, Topology};
 use crate::engine::clock::millis;
 use crate::protocol::Policy;
 
+pub use cluster::{ClusterShape, MigrationReport};
+
 use certificates::{tls_settings, write_certificates};
 use confs::{Slot, consecutive_ports, group_name, layout, render_confs};
 use probe::{field_map, parse_master_addr, parse_role, ping, replica_link_up};
@@ -64,8 +84,8 @@ use process::{
 };
 use relay::{LinkClass, RelayError, RelayStatus};
 use state::{
-    LabState, NodeRecord, RelayRecord, STATE_FILE, io_error, prepare_dir, read_state,
-    refuse_if_running, remove_if_present, write_file,
+    ClusterRecord, LabState, NodeRecord, RelayRecord, STATE_FILE, io_error, prepare_dir,
+    read_state, refuse_if_running, remove_if_present, write_file,
 };
 
 const CONFIG_FILE: &str = "quorumlock.toml";
@@ -73,6 +93,8 @@ const CONFIG_FILE: &str = "quorumlock.toml";
 /// CI machines running several labs at once.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 const RESTART_TIMEOUT: Duration = Duration::from_secs(10);
+/// A cluster lab also waits for every group's nodes to meet and agree on the slot map.
+const CLUSTER_START_TIMEOUT: Duration = Duration::from_secs(40);
 /// A SIGKILLed process we are not the parent of disappears once init reaps it.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(3);
 const POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -156,6 +178,18 @@ pub enum LabError {
         "group index {group} is out of range: this lab has {groups} groups, g1..g{groups} (indexes count from 0)"
     )]
     NoSuchGroup { group: usize, groups: usize },
+    #[error(
+        "shard index {shard} is out of range: each group of this lab has {shards} shards, s1..s{shards} (indexes count from 0)"
+    )]
+    NoSuchShard { shard: usize, shards: usize },
+    #[error(
+        "{group} is a Redis Cluster of {shards} shards, so it has no single master: name a shard (`--shard 1..{shards}`, or the lab's *_primary methods)"
+    )]
+    ShardRequired { group: String, shards: usize },
+    #[error(
+        "this lab's groups are not Redis Clusters, so they have no shards; start one with `quorumlock lab up --cluster`"
+    )]
+    NotCluster,
     #[error("cannot find the current master of {group}: {reason}; check `quorumlock lab status`")]
     NoMaster { group: String, reason: String },
     #[error("{command} on {node} failed: {reason}")]
@@ -173,6 +207,17 @@ pub enum LabError {
         node: String,
         port: u16,
         number: usize,
+    },
+    #[error(
+        "{node} (port {port}) is not running; if the cluster has not promoted a replica yet, wait a moment (that needs most of the group's primaries alive), or bring the node back with `quorumlock lab restart {group} --shard {shard}`"
+    )]
+    PrimaryNotRunning {
+        node: String,
+        port: u16,
+        /// 1-based, as on the command line.
+        group: usize,
+        /// 1-based, as on the command line.
+        shard: usize,
     },
     #[error("cannot signal {node} (PID {pid}): {source}")]
     Signal {
@@ -231,6 +276,11 @@ pub struct LabSpec {
     /// with `links`. The CLI passes itself; tests pass `env!("CARGO_BIN_EXE_quorumlock")`.
     #[serde(default)]
     pub binary: Option<PathBuf>,
+    /// Each group a Redis Cluster of this shape instead of a master watched by Sentinels
+    /// (module docs, "Cluster labs"); needs `sentinels: 0`, and neither links nor TLS.
+    /// `replicas` is then the number of replicas of each shard's primary.
+    #[serde(default)]
+    pub cluster: Option<ClusterShape>,
 }
 
 fn default_max_ttl_ms() -> u64 {
@@ -254,7 +304,13 @@ impl LabSpec {
             min_replicas_max_lag_s: None,
             links: false,
             binary: None,
+            cluster: None,
         }
+    }
+
+    /// Shards per group: 1 unless the groups are Redis Clusters.
+    fn shards(&self) -> usize {
+        self.cluster.map_or(1, |shape| shape.shards)
     }
 
     /// The lock policy the lab admits its masters under.
@@ -274,18 +330,23 @@ impl LabSpec {
     }
 
     fn data_node_count(&self) -> usize {
-        self.groups * (1 + self.replicas)
+        self.groups * self.shards() * (1 + self.replicas)
     }
 
-    /// Ports the lab takes: one per process, and with links a real port and a control port
-    /// more per data node.
+    /// Ports the lab takes: one per process, with links a real port and a control port
+    /// more per data node, and in a cluster lab a bus port more per node.
     fn port_count(&self) -> usize {
         let relays = if self.links {
             self.data_node_count()
         } else {
             0
         };
-        self.node_count() + 2 * relays
+        let buses = if self.cluster.is_some() {
+            self.data_node_count()
+        } else {
+            0
+        };
+        self.node_count() + 2 * relays + buses
     }
 
     /// Processes the lab starts, relays included.
@@ -302,6 +363,30 @@ impl LabSpec {
         let invalid = |message: String| Err(LabError::InvalidSpec(message));
         if self.groups == 0 {
             return invalid("groups must be at least 1 (5 is the usual quorum setup)".into());
+        }
+        if let Some(shape) = self.cluster {
+            shape.validate()?;
+            if self.sentinels > 0 {
+                return invalid(format!(
+                    "a cluster lab has no Sentinels (each cluster fails over by itself); set sentinels to 0, not {}",
+                    self.sentinels
+                ));
+            }
+            if self.links || self.tls {
+                return invalid(
+                    "a cluster lab takes neither links nor tls: its nodes announce their own ports on a plain cluster bus"
+                        .into(),
+                );
+            }
+            if self.process_count() > MAX_NODES {
+                return invalid(format!(
+                    "{} groups x {} shards x (1 + {} replicas) is {} processes; the lab allows at most {MAX_NODES}",
+                    self.groups,
+                    shape.shards,
+                    self.replicas,
+                    self.process_count()
+                ));
+            }
         }
         if self.process_count() > MAX_NODES {
             let relays = if self.links { " (+ a relay each)" } else { "" };
@@ -380,6 +465,8 @@ impl fmt::Display for NodeKind {
 pub struct Node {
     /// 0-based group index (group `g{group + 1}`).
     pub group: usize,
+    /// 0-based shard index in a cluster lab (shard `s{shard + 1}`); `None` otherwise.
+    pub shard: Option<usize>,
     /// The role it was started in.
     pub kind: NodeKind,
     /// Where `redis-server` listens (the lab's own connections use it).
@@ -409,6 +496,8 @@ pub struct NodeStatus {
     pub name: String,
     /// 0-based group index; `None` for Sentinels, which watch every group.
     pub group: Option<usize>,
+    /// 0-based shard index of a node of a cluster lab; `None` otherwise.
+    pub shard: Option<usize>,
     /// The role it was started in.
     pub kind: NodeKind,
     /// Where the process listens.
@@ -536,7 +625,12 @@ impl Lab {
             ensure_free(&slots, spec.port_count())?;
         }
         let confs = render_confs(spec, &slots);
-        let deadline = Instant::now() + START_TIMEOUT;
+        let deadline = Instant::now()
+            + if spec.cluster.is_some() {
+                CLUSTER_START_TIMEOUT
+            } else {
+                START_TIMEOUT
+            };
 
         // From here on `lab` owns every spawned process: an early return drops it, which kills them.
         let mut lab = Lab {
@@ -549,6 +643,18 @@ impl Lab {
             owned: true,
             control: control.clone(),
         };
+        if spec.cluster.is_some() {
+            // Cluster nodes start on their own; they become a cluster afterwards.
+            for (slot, conf) in slots.iter().zip(&confs) {
+                lab.spawn_new(redis, slot, conf)?;
+            }
+            lab.write_state()?;
+            let all: Vec<usize> = (0..lab.state.nodes.len()).collect();
+            lab.wait_until(&all, Readiness::Answers, deadline).await?;
+            lab.form_clusters(deadline).await?;
+            write_file(&lab.config_path(), &lab.cluster_topology_toml())?;
+            return Ok(lab);
+        }
         let (masters, others): (Vec<_>, Vec<_>) = slots
             .iter()
             .zip(&confs)
@@ -666,7 +772,24 @@ impl Lab {
 
     /// The topology clients should use: Sentinel groups, or direct groups without Sentinels.
     /// Both lead to the public ports, through the relays of a lab with links.
+    ///
+    /// A cluster lab's groups carry only their name and password, which validation refuses:
+    /// the topology type has no cluster groups yet. Its `quorumlock.toml` names each group's
+    /// seed nodes (`cluster = [...]`), as does [`Lab::cluster_seeds`].
     pub fn topology(&self) -> Topology {
+        if self.state.spec.cluster.is_some() {
+            let groups = (0..self.state.spec.groups)
+                .map(|group| GroupConfig {
+                    name: group_name(group),
+                    password: self.state.spec.password.clone(),
+                    ..GroupConfig::default()
+                })
+                .collect();
+            return Topology {
+                max_ttl_ms: self.state.spec.max_ttl_ms,
+                ..Topology::new(groups)
+            };
+        }
         let sentinels: Vec<String> = self
             .records(NodeKind::Sentinel)
             .map(|node| format!("127.0.0.1:{}", node.port))
@@ -833,6 +956,10 @@ impl Lab {
     /// SIGKILLs the current master of a group and waits until the process is gone.
     pub async fn kill(&mut self, group: usize) -> Result<Node, LabError> {
         let index = self.running_master_index(group).await?;
+        self.kill_index(index, group).await
+    }
+
+    async fn kill_index(&mut self, index: usize, group: usize) -> Result<Node, LabError> {
         let node = self.node(index, group);
         self.kill_and_wait(index).await?;
         self.state.frozen.remove(&node.port);
@@ -843,6 +970,10 @@ impl Lab {
     /// SIGSTOPs the current master of a group: its sockets stay open but it answers nothing.
     pub async fn freeze(&mut self, group: usize) -> Result<Node, LabError> {
         let index = self.running_master_index(group).await?;
+        self.freeze_index(index, group)
+    }
+
+    fn freeze_index(&mut self, index: usize, group: usize) -> Result<Node, LabError> {
         self.signal(index, libc::SIGSTOP)?;
         let node = self.node(index, group);
         self.state.frozen.insert(node.port);
@@ -884,15 +1015,23 @@ impl Lab {
             self.kill_and_wait(index).await?;
             dead.push(index);
         }
+        self.restart_indexes(&dead, group).await
+    }
+
+    async fn restart_indexes(
+        &mut self,
+        dead: &[usize],
+        group: usize,
+    ) -> Result<Vec<Node>, LabError> {
         let redis = find_redis_server().await?;
-        for &index in &dead {
+        for &index in dead {
             self.respawn(&redis, index)?;
             if self.state.nodes[index].relay.is_some() && !self.is_relay_running(index) {
                 self.respawn_relay(index)?;
             }
         }
         self.write_state()?;
-        self.wait_until(&dead, Readiness::Answers, Instant::now() + RESTART_TIMEOUT)
+        self.wait_until(dead, Readiness::Answers, Instant::now() + RESTART_TIMEOUT)
             .await?;
         Ok(dead.iter().map(|&index| self.node(index, group)).collect())
     }
@@ -937,6 +1076,7 @@ impl Lab {
         NodeStatus {
             name: record.name.clone(),
             group: record.group,
+            shard: record.cluster.as_ref().map(|cluster| cluster.shard),
             kind: record.kind,
             port: record.port,
             public_port: record.public_port(),
@@ -978,6 +1118,7 @@ impl Lab {
         let record = &self.state.nodes[index];
         Node {
             group,
+            shard: record.cluster.as_ref().map(|cluster| cluster.shard),
             kind: record.kind,
             port: record.port,
             public_port: record.public_port(),
@@ -998,6 +1139,12 @@ impl Lab {
     async fn master_index(&self, group: usize) -> Result<usize, LabError> {
         self.check_group(group)?;
         let service = group_name(group);
+        if let Some(shape) = self.state.spec.cluster {
+            return Err(LabError::ShardRequired {
+                group: service,
+                shards: shape.shards,
+            });
+        }
         let no_master = |reason: String| LabError::NoMaster {
             group: service.clone(),
             reason,
@@ -1184,7 +1331,14 @@ impl Lab {
                 pid: 0,
                 log: node_dir.join("relay.log"),
             }),
+            cluster: slot.cluster.map(|ports| ClusterRecord {
+                shard: ports.shard,
+                bus_port: ports.bus,
+                node_id: String::new(),
+            }),
         };
+        // A node finding an earlier lab's nodes.conf would rejoin that lab's cluster.
+        remove_if_present(&node_dir.join("nodes.conf"))?;
         // A leftover dump from an earlier lab in this directory would be loaded at start-up, and
         // an old log could make a start-up failure look like an earlier one.
         remove_if_present(&node_dir.join("dump.rdb"))?;

@@ -1,7 +1,7 @@
 //! The lab's files: the state file `<dir>/lab.json` that lets a later process attach to a
-//! running lab (what it records about every process, relays included, reading it back,
-//! refusing to start over a lab that still runs), and the file helpers the rest of the lab
-//! writes through.
+//! running lab (what it records about every process, relays included, and the shards of a
+//! cluster lab; reading it back; refusing to start over a lab that still runs), and the file
+//! helpers the rest of the lab writes through.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -29,6 +29,9 @@ pub(super) struct NodeRecord {
     /// The relay process in front of a data node of a lab with links.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) relay: Option<RelayRecord>,
+    /// Where a node of a cluster lab sits in its group's cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) cluster: Option<ClusterRecord>,
 }
 
 impl NodeRecord {
@@ -42,6 +45,18 @@ impl NodeRecord {
             .as_ref()
             .map_or(self.port, |relay| relay.public_port)
     }
+}
+
+/// What `lab.json` remembers about a node of a cluster lab: the shard it was started in
+/// (its primary may since be one of its replicas), its bus port and its cluster node ID,
+/// which it keeps across restarts in its `nodes.conf`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ClusterRecord {
+    /// 0-based shard of its group.
+    pub(super) shard: usize,
+    pub(super) bus_port: u16,
+    /// Empty until the lab has read it with `CLUSTER MYID`.
+    pub(super) node_id: String,
 }
 
 /// What `lab.json` remembers about the relay (`quorumlock lab relay`) in front of a node.
