@@ -1,18 +1,18 @@
 //! Read-only views of locks: one lock as each group sees it, and the current locks and
 //! semaphores.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use fred::prelude::{ClientLike, KeysInterface, Options};
 use fred::types::Value;
-use futures::StreamExt;
 use serde::Serialize;
 
 use crate::engine::error::{Error, Holder};
 use crate::engine::fan_out::fan_out;
 use crate::engine::locks::{Locks, OwnerRecord};
 use crate::engine::resource::{ResourceKeys, validate_resource};
-use crate::engine::semaphore::SemaphoreStatus;
+use crate::engine::semaphore::{PermitHolder, SemaphoreStatus};
+use crate::engine::vote::{GroupVote, Vote};
 use crate::group::reply::Reply;
 use crate::group::reply::text;
 use crate::group::scripts;
@@ -144,11 +144,20 @@ pub struct LockList {
     pub next_cursor: Option<String>,
 }
 
-/// What a listing met a key of: a lock, or a slot of a semaphore.
+/// Which key of a lock (or of a semaphore's slot) a walk met.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Via {
+    /// `…:lock` or `…:permit:<n>`: the grant itself.
+    Lock,
+    /// `…:fence` or `…:permit:<n>:fence`: the fence the grant left, which outlives it.
+    Fence,
+}
+
+/// What a listing met a key of: a lock, or a slot of a semaphore, by one of its two keys.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Candidate {
-    Lock(String),
-    Slot(String, u32),
+    Lock { name: String, via: Via },
+    Slot { name: String, slot: u32, via: Via },
 }
 
 /// What the quorum says of a candidate a walk lists.
@@ -157,10 +166,22 @@ enum Listed {
     Semaphore(SemaphoreStatus),
 }
 
+impl Listed {
+    /// What tells entries apart on a page: a semaphore may share a lock's name.
+    fn key(&self) -> (bool, String) {
+        match self {
+            Listed::Lock(lock) => (false, lock.resource.clone()),
+            Listed::Semaphore(semaphore) => (true, semaphore.name.clone()),
+        }
+    }
+}
+
 /// Largest `limit` accepted by [`Locks::list`].
 pub const MAX_LIST_LIMIT: usize = 10_000;
-/// Status reads in flight at once while listing.
+/// Semaphore reads in flight at once while listing.
 const LIST_CONCURRENCY: usize = 16;
+/// Locks one script call reads while listing: it stays well within the per-call timeout.
+const LOCKS_PER_READ: usize = 100;
 /// Keys one SCAN call of a listing looks at (MATCH filters them after).
 const SCAN_COUNT: u32 = 1000;
 
@@ -183,6 +204,54 @@ struct Seen {
     record: OwnerRecord,
 }
 
+impl Seen {
+    /// One lock's four values of an inspect reply.
+    fn parse(values: &[Value]) -> Seen {
+        let token = text(values.first());
+        let remaining_ms = values.get(1).and_then(Value::as_i64).unwrap_or(-2);
+        Seen {
+            remaining_ms: u64::try_from(remaining_ms).unwrap_or(0),
+            token: if remaining_ms > 0 {
+                token
+            } else {
+                String::new()
+            },
+            fence: text(values.get(2)).parse().unwrap_or(0),
+            record: OwnerRecord::parse(&text(values.get(3))),
+        }
+    }
+}
+
+/// One group's answer about one lock.
+enum Read {
+    Seen(Seen),
+    Timeout,
+    Failed(Option<String>),
+}
+
+/// Values the inspect script answers per lock.
+const INSPECT_VALUES: usize = 4;
+
+impl Read {
+    /// The `index`-th lock of one group's inspect reply.
+    fn of(reply: Option<&Reply<Vec<Value>>>, index: usize) -> Read {
+        match reply {
+            Some(Reply::Answer(values)) => {
+                let from = index * INSPECT_VALUES;
+                match values.get(from..from + INSPECT_VALUES) {
+                    Some(one) => Read::Seen(Seen::parse(one)),
+                    None => Read::Failed(Some(
+                        "the inspect script answered fewer locks than it was asked".to_string(),
+                    )),
+                }
+            }
+            Some(Reply::Timeout) => Read::Timeout,
+            Some(Reply::Failed(message)) => Read::Failed(Some(message.clone())),
+            _ => Read::Failed(None),
+        }
+    }
+}
+
 impl Locks {
     /// Reads the lock on every group.
     pub async fn status(&self, resource: &str) -> Result<LockStatus, Error> {
@@ -197,31 +266,52 @@ impl Locks {
         resource: &str,
         keys: &ResourceKeys,
     ) -> Result<LockStatus, Error> {
-        let engine = &self.engine;
         let keys = keys.inspect();
         let replies = fan_out(
-            &engine.groups,
+            &self.engine.groups,
             |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),
             |_| false,
         )
         .await;
-        let seen: Vec<Option<Seen>> = replies
+        let reads = replies
             .iter()
-            .map(|reply| match reply {
-                Some(Reply::Answer(values)) => {
-                    let token = text(values.first());
-                    let remaining_ms = values.get(1).and_then(Value::as_i64).unwrap_or(-2);
-                    Some(Seen {
-                        remaining_ms: u64::try_from(remaining_ms).unwrap_or(0),
-                        token: if remaining_ms > 0 {
-                            token
-                        } else {
-                            String::new()
-                        },
-                        fence: text(values.get(2)).parse().unwrap_or(0),
-                        record: OwnerRecord::parse(&text(values.get(3))),
-                    })
-                }
+            .map(|reply| Read::of(reply.as_ref(), 0))
+            .collect();
+        Ok(self.status_from(resource, reads))
+    }
+
+    /// Reads many locks on every group with one script call per group.
+    async fn statuses_of(&self, resources: &[&str]) -> Vec<LockStatus> {
+        let keys: Vec<_> = resources
+            .iter()
+            .flat_map(|resource| self.engine.resource_keys(resource).inspect())
+            .collect();
+        let replies = fan_out(
+            &self.engine.groups,
+            |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),
+            |_| false,
+        )
+        .await;
+        resources
+            .iter()
+            .enumerate()
+            .map(|(index, resource)| {
+                let reads = replies
+                    .iter()
+                    .map(|reply| Read::of(reply.as_ref(), index))
+                    .collect();
+                self.status_from(resource, reads)
+            })
+            .collect()
+    }
+
+    /// The lock as the quorum sees it, from each group's read (in group order).
+    fn status_from(&self, resource: &str, reads: Vec<Read>) -> LockStatus {
+        let engine = &self.engine;
+        let seen: Vec<Option<&Seen>> = reads
+            .iter()
+            .map(|read| match read {
+                Read::Seen(seen) => Some(seen),
                 _ => None,
             })
             .collect();
@@ -238,6 +328,7 @@ impl Locks {
             .iter()
             .flatten()
             .filter(|s| Some(s.token.as_str()) == leader)
+            .copied()
             .collect();
         let holder = holding
             .iter()
@@ -251,9 +342,9 @@ impl Locks {
         let groups = engine
             .groups
             .iter()
-            .zip(replies.iter().zip(&seen))
-            .map(|(group, (reply, view))| match (reply, view) {
-                (_, Some(view)) => GroupView {
+            .zip(&reads)
+            .map(|(group, read)| match read {
+                Read::Seen(view) => GroupView {
                     group: group.name.clone(),
                     state: if view.token.is_empty() {
                         GroupLockState::Free
@@ -266,9 +357,9 @@ impl Locks {
                     fence: (view.fence > 0).then_some(view.fence),
                     error: None,
                 },
-                (reply, None) => GroupView {
+                Read::Timeout | Read::Failed(_) => GroupView {
                     group: group.name.clone(),
-                    state: if matches!(reply, Some(Reply::Timeout)) {
+                    state: if matches!(read, Read::Timeout) {
                         GroupLockState::Timeout
                     } else {
                         GroupLockState::Error
@@ -277,8 +368,8 @@ impl Locks {
                     owner: None,
                     purpose: None,
                     fence: None,
-                    error: match reply {
-                        Some(Reply::Failed(message)) => Some(message.clone()),
+                    error: match read {
+                        Read::Failed(message) => message.clone(),
                         _ => None,
                     },
                 },
@@ -293,7 +384,7 @@ impl Locks {
                 .iter()
                 .zip(&seen)
                 .filter_map(|(group, view)| match view {
-                    Some(view) if view.token == token => Some((group.name.as_str(), view)),
+                    Some(view) if view.token == token => Some((group.name.as_str(), *view)),
                     _ => None,
                 })
                 .collect();
@@ -317,7 +408,7 @@ impl Locks {
                 majority: seen_with.len() >= engine.majority.needed,
             });
         }
-        Ok(LockStatus {
+        LockStatus {
             resource: resource.to_string(),
             held: leader.is_some(),
             holder,
@@ -325,7 +416,7 @@ impl Locks {
             groups,
             split: holders.len() > 1,
             holders,
-        })
+        }
     }
 
     /// Locks held on a majority whose resource name starts with `prefix`, and semaphores of
@@ -338,16 +429,23 @@ impl Locks {
     /// One page of the locks and semaphores [`Locks::list`] finds, from `cursor` (`None` for
     /// the first page; then the `next_cursor` of the page before, with the same prefix).
     /// Each page is sorted by name; `next_cursor` is `Some` exactly when more match. Across
-    /// the pages of one listing every lock and semaphore held all along is listed once while
-    /// the keys stay as they are. Advisory, like [`Locks::status`]: a key that expired on a
-    /// group read before (a missed renewal), a group that stops answering mid-walk, or a
-    /// waiter's partial grant on a group read before can show a lock twice or hide it.
+    /// the pages of one listing every lock held on a majority all along, and every semaphore
+    /// whose permits stay held, is listed exactly once, even when its key expired on some
+    /// groups or a waiter's partial grant sits on a group; a lock not held on a majority is
+    /// not listed. One taken or released meanwhile may show or not.
     ///
     /// A page costs SCAN calls on one group at a time from where the page before stopped,
-    /// not a walk of every group's keyspace: a lock held on a majority has its key on at
+    /// not a walk of every group's keyspace: a lock held on a majority has its keys on at
     /// least one of any `groups − majority + 1` groups, so once that many groups have been
-    /// walked through every such lock was met, and a key met on a group walked before is
-    /// skipped.
+    /// walked through every such lock was met. The walk of the lowest-numbered group that
+    /// carries the majority holder's grant (holds its token, or keeps its fence, which
+    /// outlives the key) lists the lock; the others skip it. A group that does not answer
+    /// when its walk starts is passed over, as if it held nothing.
+    ///
+    /// Errors: [`Error::Unavailable`] when too few groups answer to walk enough of them or to
+    /// tell whether a lock is held (or which group listed it); [`Error::InvalidInput`] naming
+    /// `cursor` when the group a cursor is in the middle of stopped answering, as going on
+    /// would repeat or miss locks: list again without a cursor.
     pub async fn list_page(
         &self,
         prefix: &str,
@@ -375,13 +473,9 @@ impl Locks {
         };
         let enough = groups.saturating_sub(engine.majority.needed) + 1;
         let key_prefix = format!("{}:{{", engine.topology.key_prefix);
-        // Locks are `<prefix>:{<name>}:lock`, a semaphore's slots `<prefix>:{<name>}:permit:<n>`;
-        // the pattern also meets slots' fence keys, which are skipped.
-        let pattern = format!(
-            "{}{}*}}:[lp]*",
-            glob_escape(&key_prefix),
-            glob_escape(prefix)
-        );
+        // Locks are `<prefix>:{<name>}:lock|fence`, a semaphore's slots
+        // `<prefix>:{<name>}:permit:<n>[:fence]`; other keys it meets are skipped.
+        let pattern = format!("{}{}*}}:*", glob_escape(&key_prefix), glob_escape(prefix));
         let timed = Options {
             timeout: Some(std::time::Duration::from_millis(
                 engine.topology.call_timeout_ms,
@@ -390,10 +484,21 @@ impl Locks {
             ..Default::default()
         };
         let mut page: Vec<Listed> = Vec::new();
+        let mut on_page: HashSet<(bool, String)> = HashSet::new();
         let mut next = None;
-        'groups: while at.group < groups && at.walked() < enough {
+        // Why the groups passed over in this call were: shown when too few are left.
+        let mut passed_over: Vec<GroupVote> = Vec::new();
+        'groups: while at.walked() < enough {
+            if at.walked() + groups.saturating_sub(at.group) < enough {
+                return Err(self.too_few_walked(prefix, enough, &at, passed_over));
+            }
             let group = &engine.groups[at.group];
             let client = group.client().with_options(&timed);
+            // A walk that starts in this call has listed nothing on an earlier page: if its
+            // group stops answering, what it put on this page is taken back and it is passed
+            // over as a whole.
+            let fresh = at.scan == "0" && at.after.is_none();
+            let taken_before = page.len();
             loop {
                 let batch = client
                     .scan_page::<(String, Vec<String>), _, _>(
@@ -403,56 +508,49 @@ impl Locks {
                         None,
                     )
                     .await;
-                // A group that does not answer is passed over: the groups after it cover its
-                // keys, as long as a majority answers.
-                let Ok((scan_next, keys)) = batch else {
-                    at.next_group(false);
-                    continue 'groups;
+                let (scan_next, keys) = match batch {
+                    Ok(batch) => batch,
+                    Err(error) => {
+                        let vote = if matches!(error.kind(), fred::error::ErrorKind::Timeout) {
+                            Vote::Timeout
+                        } else {
+                            Vote::Error {
+                                message: error.to_string(),
+                            }
+                        };
+                        if !fresh {
+                            return Err(Self::walk_broken(&group.name, &vote));
+                        }
+                        page.truncate(taken_before);
+                        on_page = page.iter().map(Listed::key).collect();
+                        passed_over.push(GroupVote {
+                            group: group.name.clone(),
+                            vote,
+                        });
+                        at.next_group(Walk::PassedOver);
+                        continue 'groups;
+                    }
                 };
                 let mut candidates: Vec<Candidate> = keys
                     .iter()
                     .filter_map(|key| candidate_of(key.strip_prefix(&key_prefix)?))
                     .collect();
                 candidates.sort();
-                // One semaphore is looked at once per batch, from its lowest slot in it.
-                candidates.dedup_by(|later, earlier| match (later, earlier) {
-                    (Candidate::Slot(a, _), Candidate::Slot(b, _)) => a == b,
-                    (later, earlier) => later == earlier,
-                });
+                candidates.dedup();
                 let mut after = at.after.take();
-                let from = after.clone();
-                let walked = at.walked_groups();
-                let group_index = at.group;
-                // A lock whose key a group walked before has was listed by that walk: one
-                // EXISTS per key there (sent together) spares it a status read on every group.
-                if !walked.is_empty() {
-                    let listed_before = self
-                        .on_walked_groups(&walked, &key_prefix, &candidates, &timed)
-                        .await;
-                    candidates = candidates
-                        .into_iter()
-                        .zip(listed_before)
-                        .filter_map(|(candidate, before)| (!before).then_some(candidate))
-                        .collect();
+                if let Some(from) = &after {
+                    candidates.retain(|candidate| candidate > from);
                 }
-                let mut decided = futures::stream::iter(
-                    candidates
-                        .into_iter()
-                        .filter(|candidate| from.as_ref().is_none_or(|from| candidate > from)),
-                )
-                .map(|candidate| {
-                    let walked = &walked;
-                    async move {
-                        let listed = self.decide(&candidate, group_index, walked).await?;
-                        Ok::<_, Error>((candidate, listed))
-                    }
-                })
-                .buffered(LIST_CONCURRENCY);
-                while let Some(decision) = decided.next().await {
-                    let (candidate, listed) = decision?;
+                let walked = at.walked_groups();
+                let decided = self.decide_batch(&candidates, at.group, &walked).await?;
+                for (candidate, listed) in candidates.into_iter().zip(decided) {
                     let Some(listed) = listed else {
                         continue;
                     };
+                    // SCAN may return a key twice (while a master's key table shrinks).
+                    if !on_page.insert(listed.key()) {
+                        continue;
+                    }
                     if page.len() == limit {
                         // One more matches: the next page starts again at this batch, after
                         // what this page took from it.
@@ -468,7 +566,7 @@ impl Locks {
                     after = Some(candidate);
                 }
                 if scan_next == "0" {
-                    at.next_group(true);
+                    at.next_group(Walk::Walked);
                     continue 'groups;
                 }
                 at.scan = scan_next;
@@ -491,105 +589,366 @@ impl Locks {
         Ok(list)
     }
 
-    /// For each candidate, whether it is a lock whose key one of the `walked` groups has
-    /// (a group that does not answer counts as not having it; `decide` then reads it).
-    async fn on_walked_groups(
+    /// Decides, for each candidate the walk of group `group` met in one batch, whether this
+    /// walk lists it: the locks are read with one script call per group, the semaphores
+    /// one by one.
+    async fn decide_batch(
         &self,
-        walked: &[usize],
-        key_prefix: &str,
         candidates: &[Candidate],
-        timed: &Options,
-    ) -> Vec<bool> {
-        let mut before = vec![false; candidates.len()];
-        for index in walked {
-            let Some(group) = self.engine.groups.get(*index) else {
-                continue;
-            };
-            let client = group.client().with_options(timed);
-            let answers = futures::future::join_all(candidates.iter().map(|candidate| {
-                let client = &client;
-                async move {
-                    match candidate {
-                        Candidate::Lock(name) => client
-                            .exists::<i64, _>(format!("{key_prefix}{name}}}:lock"))
-                            .await
-                            .is_ok_and(|found| found > 0),
-                        Candidate::Slot(..) => false,
-                    }
-                }
-            }))
-            .await;
-            for (flag, found) in before.iter_mut().zip(answers) {
-                *flag |= found;
-            }
-        }
-        before
-    }
-
-    /// Whether the walk of group `group` lists `candidate`, a key it met: only when the
-    /// quorum holds it, and no group walked before (`walked`) has it, as that group's walk
-    /// listed it then.
-    async fn decide(
-        &self,
-        candidate: &Candidate,
         group: usize,
         walked: &[usize],
-    ) -> Result<Option<Listed>, Error> {
-        let held_on = |status: &LockStatus, index: usize| {
-            status
-                .groups
-                .get(index)
-                .is_some_and(|view| view.state == GroupLockState::Held)
+    ) -> Result<Vec<Option<Listed>>, Error> {
+        let mut lock_names: Vec<&str> = candidates
+            .iter()
+            .filter_map(|candidate| match candidate {
+                Candidate::Lock { name, .. } => Some(name.as_str()),
+                Candidate::Slot { .. } => None,
+            })
+            .collect();
+        lock_names.dedup();
+        // One read at a time: each is one script call on every group's connection.
+        let mut reads = Vec::with_capacity(lock_names.len());
+        for some in lock_names.chunks(LOCKS_PER_READ) {
+            reads.extend(self.statuses_of(some).await);
+        }
+        let locks: HashMap<&str, LockStatus> = lock_names.iter().copied().zip(reads).collect();
+        let mut semaphore_names: Vec<&str> = candidates
+            .iter()
+            .filter_map(|candidate| match candidate {
+                Candidate::Slot { name, .. } => Some(name.as_str()),
+                Candidate::Lock { .. } => None,
+            })
+            .collect();
+        semaphore_names.sort_unstable();
+        semaphore_names.dedup();
+        let mut semaphores: HashMap<&str, SemaphoreRead> = HashMap::new();
+        for some in semaphore_names.chunks(LIST_CONCURRENCY) {
+            let reads =
+                futures::future::join_all(some.iter().map(|name| self.read_semaphore(name))).await;
+            for (name, read) in some.iter().zip(reads) {
+                semaphores.insert(name, read?);
+            }
+        }
+        let needed = self.engine.majority.needed;
+        let mut decided = Vec::with_capacity(candidates.len());
+        for candidate in candidates {
+            let listed = match candidate {
+                Candidate::Lock { name, via } => match locks.get(name.as_str()) {
+                    Some(status) => lists_lock(status, *via, group, walked, needed)?.then(|| {
+                        let holder = status.holder.clone().unwrap_or_default();
+                        Listed::Lock(ListedLock {
+                            resource: status.resource.clone(),
+                            owner: holder.owner,
+                            purpose: holder.purpose,
+                            remaining_ms: holder.remaining_ms,
+                            fencing_token: status.fencing_token,
+                        })
+                    }),
+                    None => None,
+                },
+                Candidate::Slot { name, slot, via } => match semaphores.get(name.as_str()) {
+                    Some(read) => lists_semaphore(read, *slot, *via, group, walked, needed)?
+                        .then(|| Listed::Semaphore(read.semaphore.clone())),
+                    None => None,
+                },
+            };
+            decided.push(listed);
+        }
+        Ok(decided)
+    }
+
+    /// Semaphore `name` as the groups see it now, with every slot's view.
+    async fn read_semaphore(&self, name: &str) -> Result<SemaphoreRead, Error> {
+        let semaphore = self.semaphore_status(name).await?;
+        let prefix = &self.engine.topology.key_prefix;
+        let keys: Vec<ResourceKeys> = (0..semaphore.permits.unwrap_or(0))
+            .map(|n| ResourceKeys::slot(prefix, name, n))
+            .collect();
+        let slots = match semaphore.permits {
+            Some(_) => {
+                futures::future::join_all(keys.iter().map(|keys| self.status_of(name, keys)))
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<LockStatus>, Error>>()?
+            }
+            None => Vec::new(),
         };
-        match candidate {
-            Candidate::Lock(resource) => {
-                let status = self.status(resource).await?;
-                if !status.held || walked.iter().any(|index| held_on(&status, *index)) {
-                    return Ok(None);
-                }
-                let holder = status.holder.unwrap_or_default();
-                Ok(Some(Listed::Lock(ListedLock {
-                    resource: status.resource,
-                    owner: holder.owner,
-                    purpose: holder.purpose,
-                    remaining_ms: holder.remaining_ms,
+        // The holders as the slots were read here, so the entry agrees with the decision.
+        let holders = (0u32..)
+            .zip(&slots)
+            .filter_map(|(permit, status)| {
+                let holder = status.holder.clone().filter(|_| status.held)?;
+                Some(PermitHolder {
+                    permit,
+                    holder,
                     fencing_token: status.fencing_token,
-                })))
+                })
+            })
+            .collect();
+        Ok(SemaphoreRead {
+            semaphore: SemaphoreStatus {
+                holders,
+                ..semaphore
+            },
+            slots,
+        })
+    }
+
+    /// The error when fewer than `enough` groups can be walked.
+    fn too_few_walked(
+        &self,
+        prefix: &str,
+        enough: usize,
+        at: &Position,
+        mut passed_over: Vec<GroupVote>,
+    ) -> Error {
+        // Groups passed over on an earlier page: why is not in the cursor.
+        for (index, walk) in at.walked.iter().enumerate() {
+            let Some(group) = self.engine.groups.get(index) else {
+                continue;
+            };
+            if *walk == Walk::PassedOver && !passed_over.iter().any(|v| v.group == group.name) {
+                passed_over.push(GroupVote {
+                    group: group.name.clone(),
+                    vote: Vote::Error {
+                        message: "did not answer when an earlier page of this listing reached it"
+                            .to_string(),
+                    },
+                });
             }
-            Candidate::Slot(name, slot) => {
-                let semaphore = self.semaphore_status(name).await?;
-                let Some(permits) = semaphore.permits.filter(|_| !semaphore.holders.is_empty())
-                else {
-                    return Ok(None);
-                };
-                // Each group's view of every slot: the semaphore is listed by the first walk
-                // that meets a slot of it, from the lowest slot that group has.
-                let prefix = &self.engine.topology.key_prefix;
-                let keys: Vec<ResourceKeys> = (0..permits)
-                    .map(|n| ResourceKeys::slot(prefix, name, n))
-                    .collect();
-                let slots =
-                    futures::future::join_all(keys.iter().map(|keys| self.status_of(name, keys)))
-                        .await
-                        .into_iter()
-                        .collect::<Result<Vec<LockStatus>, Error>>()?;
-                let seen_before = slots
-                    .iter()
-                    .any(|status| walked.iter().any(|index| held_on(status, *index)));
-                let lowest_here = slots.iter().position(|status| held_on(status, group));
-                Ok((!seen_before && lowest_here == usize::try_from(*slot).ok())
-                    .then_some(Listed::Semaphore(semaphore)))
-            }
+        }
+        Error::Unavailable {
+            resource: format!("{prefix}*"),
+            needed: enough,
+            total: self.engine.groups.len(),
+            votes: passed_over,
+        }
+    }
+
+    /// The error when the group a cursor is in the middle of stops answering.
+    fn walk_broken(group: &str, vote: &Vote) -> Error {
+        let why = match vote {
+            Vote::Error { message } => message.clone(),
+            _ => "timeout".to_string(),
+        };
+        Error::invalid(
+            "cursor",
+            format!(
+                "is in the middle of group {group}'s keys, and {group} stopped answering ({why}): going on would repeat or miss locks. List again without a cursor (a group that does not answer is then passed over); `quorumlock health` shows {group}"
+            ),
+        )
+    }
+}
+
+/// A semaphore as one listing decision reads it: the entry to list, and every slot's view.
+struct SemaphoreRead {
+    semaphore: SemaphoreStatus,
+    slots: Vec<LockStatus>,
+}
+
+impl LockStatus {
+    /// Whether group `index` answered this read.
+    fn answered(&self, index: usize) -> bool {
+        self.groups
+            .get(index)
+            .is_some_and(|view| matches!(view.state, GroupLockState::Held | GroupLockState::Free))
+    }
+
+    /// Whether the groups that answered tell if a majority holds the lock: it is held, or
+    /// even the groups that did not answer could not make a token a majority.
+    fn decided(&self, needed: usize) -> bool {
+        let top = self.holders.first().map_or(0, |holder| holder.groups.len());
+        let unanswered = (0..self.groups.len())
+            .filter(|index| !self.answered(*index))
+            .count();
+        self.held || top + unanswered < needed
+    }
+
+    /// Whether group `index` carries the majority holder's grant: it holds the token, or
+    /// keeps the fence the grant left (which stays when the key expires there, and which a
+    /// later grant there replaces). `None` when the group did not answer.
+    fn carries(&self, index: usize) -> Option<bool> {
+        let view = self.groups.get(index).filter(|_| self.answered(index))?;
+        let holds = self
+            .holders
+            .iter()
+            .find(|holder| holder.majority)
+            .is_some_and(|holder| holder.groups.contains(&view.group));
+        let fence = self.fencing_token.filter(|fence| *fence > 0);
+        Some(self.held && (holds || (fence.is_some() && view.fence == fence)))
+    }
+
+    /// The key of this lock a walk of group `index` lists it from: its fence when the group
+    /// keeps one, else its lock key. One of the two, so one walk lists it once.
+    fn listed_via(&self, index: usize) -> Via {
+        match self.groups.get(index).and_then(|view| view.fence) {
+            Some(_) => Via::Fence,
+            None => Via::Lock,
+        }
+    }
+
+    /// The error when too few groups answered to decide.
+    fn unavailable(&self, needed: usize) -> Error {
+        let votes = self
+            .groups
+            .iter()
+            .map(|view| GroupVote {
+                group: view.group.clone(),
+                vote: match view.state {
+                    GroupLockState::Held => Vote::Held {
+                        owner: view.owner.clone(),
+                        purpose: view.purpose.clone(),
+                        remaining_ms: view.remaining_ms.unwrap_or(0),
+                    },
+                    GroupLockState::Free => Vote::NotHeld,
+                    GroupLockState::Timeout => Vote::Timeout,
+                    GroupLockState::Error => Vote::Error {
+                        message: view
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| "no answer".to_string()),
+                    },
+                },
+            })
+            .collect();
+        Error::Unavailable {
+            resource: self.resource.clone(),
+            needed,
+            total: self.groups.len(),
+            votes,
         }
     }
 }
 
-/// Where a listing stands: the groups walked through, the group being walked, the SCAN
+/// Whether one of the `walked` groups carries the grant of one of `statuses` (its walk
+/// listed it then); the status it cannot be told of when a walked group did not answer and
+/// none carries it.
+fn listed_before<'s>(
+    statuses: &[&'s LockStatus],
+    walked: &[usize],
+) -> Result<bool, &'s LockStatus> {
+    let mut unknown = None;
+    for index in walked {
+        for status in statuses {
+            match status.carries(*index) {
+                Some(true) => return Ok(true),
+                Some(false) => {}
+                None => unknown = unknown.or(Some(*status)),
+            }
+        }
+    }
+    match unknown {
+        Some(status) => Err(status),
+        None => Ok(false),
+    }
+}
+
+/// Whether the walk of group `group`, meeting lock `status` by its `via` key, lists it: the
+/// quorum holds it, this group carries the holder's grant and met it by the key it is
+/// listed from, and no group walked before carries the grant (that walk listed it).
+fn lists_lock(
+    status: &LockStatus,
+    via: Via,
+    group: usize,
+    walked: &[usize],
+    needed: usize,
+) -> Result<bool, Error> {
+    if !status.decided(needed) {
+        return Err(status.unavailable(needed));
+    }
+    if !status.held {
+        return Ok(false);
+    }
+    match status.carries(group) {
+        None => return Err(status.unavailable(needed)),
+        Some(false) => return Ok(false),
+        Some(true) => {}
+    }
+    if via != status.listed_via(group) {
+        return Ok(false);
+    }
+    listed_before(&[status], walked)
+        .map(|before| !before)
+        .map_err(|status| status.unavailable(needed))
+}
+
+/// Whether the walk of group `group`, meeting slot `slot` of a semaphore by its `via` key,
+/// lists the semaphore: the walk lists it from the lowest held slot whose grant this group
+/// carries, when no group walked before carries the grant of any held slot.
+fn lists_semaphore(
+    read: &SemaphoreRead,
+    slot: u32,
+    via: Via,
+    group: usize,
+    walked: &[usize],
+    needed: usize,
+) -> Result<bool, Error> {
+    let mut held: Vec<&LockStatus> = Vec::new();
+    for status in &read.slots {
+        if !status.decided(needed) {
+            return Err(status.unavailable(needed));
+        }
+        if status.held {
+            held.push(status);
+        }
+    }
+    let mut from = None;
+    for (n, status) in (0u32..).zip(&read.slots) {
+        if !status.held {
+            continue;
+        }
+        match status.carries(group) {
+            None => return Err(status.unavailable(needed)),
+            Some(true) => {
+                from = Some((n, status.listed_via(group)));
+                break;
+            }
+            Some(false) => {}
+        }
+    }
+    if from != Some((slot, via)) {
+        return Ok(false);
+    }
+    listed_before(&held, walked)
+        .map(|before| !before)
+        .map_err(|status| status.unavailable(needed))
+}
+
+/// How the walk of one group ended, as far as a listing has gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// Not reached yet (or being walked).
+    Pending,
+    /// Walked through to the end: it listed the locks it was the first to carry.
+    Walked,
+    /// Did not answer when its walk started: it listed nothing.
+    PassedOver,
+}
+
+impl Walk {
+    fn symbol(self) -> char {
+        match self {
+            Walk::Pending => '0',
+            Walk::Walked => '1',
+            Walk::PassedOver => 'x',
+        }
+    }
+
+    fn from_symbol(symbol: char) -> Option<Walk> {
+        match symbol {
+            '0' => Some(Walk::Pending),
+            '1' => Some(Walk::Walked),
+            'x' => Some(Walk::PassedOver),
+            _ => None,
+        }
+    }
+}
+
+/// Where a listing stands: how each group's walk ended, the group being walked, the SCAN
 /// cursor of the batch to read next, and what the page before took from that batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Position {
-    /// One flag per group: walked through to the end.
-    walked: Vec<bool>,
+    walked: Vec<Walk>,
     group: usize,
     scan: String,
     after: Option<Candidate>,
@@ -598,7 +957,7 @@ struct Position {
 impl Position {
     fn start(groups: usize) -> Self {
         Position {
-            walked: vec![false; groups],
+            walked: vec![Walk::Pending; groups],
             group: 0,
             scan: "0".to_string(),
             after: None,
@@ -606,17 +965,22 @@ impl Position {
     }
 
     fn walked(&self) -> usize {
-        self.walked.iter().filter(|walked| **walked).count()
+        self.walked
+            .iter()
+            .filter(|walk| **walk == Walk::Walked)
+            .count()
     }
 
     fn walked_groups(&self) -> Vec<usize> {
-        (0..self.walked.len()).filter(|i| self.walked[*i]).collect()
+        (0..self.walked.len())
+            .filter(|i| self.walked[*i] == Walk::Walked)
+            .collect()
     }
 
-    /// Moves on to the next group; `walked` when this one was walked through to the end.
-    fn next_group(&mut self, walked: bool) {
+    /// Moves on to the next group, the walk of this one ended as `walk`.
+    fn next_group(&mut self, walk: Walk) {
         if let Some(flag) = self.walked.get_mut(self.group) {
-            *flag = walked;
+            *flag = walk;
         }
         self.group += 1;
         self.scan = "0".to_string();
@@ -624,11 +988,7 @@ impl Position {
     }
 
     fn render(&self, tag: u64) -> String {
-        let walked: String = self
-            .walked
-            .iter()
-            .map(|walked| if *walked { '1' } else { '0' })
-            .collect();
+        let walked: String = self.walked.iter().map(|walk| walk.symbol()).collect();
         let after = self.after.as_ref().map(cursor::encode).unwrap_or_default();
         format!(
             "{}.{walked}.{}.{}.{tag:016x}.{after}",
@@ -654,13 +1014,9 @@ impl Position {
         if version != cursor::VERSION {
             return Err(unknown());
         }
-        let walked: Vec<bool> = walked
+        let walked: Vec<Walk> = walked
             .chars()
-            .map(|c| match c {
-                '0' => Ok(false),
-                '1' => Ok(true),
-                _ => Err(unknown()),
-            })
+            .map(|c| Walk::from_symbol(c).ok_or_else(unknown))
             .collect::<Result<_, _>>()?;
         if walked.len() != groups {
             return Err(Error::invalid(
@@ -678,7 +1034,12 @@ impl Position {
             ));
         }
         let group: usize = group.parse().map_err(|_| unknown())?;
-        if group >= groups || walked[group..].iter().any(|walked| *walked) {
+        // The walks end in group order: every group before the one being walked has ended,
+        // none after it has.
+        if group >= groups
+            || walked[..group].contains(&Walk::Pending)
+            || walked[group..].iter().any(|walk| *walk != Walk::Pending)
+        {
             return Err(unknown());
         }
         if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
@@ -699,10 +1060,10 @@ impl Position {
 
 /// The text form of listing cursors.
 mod cursor {
-    use super::Candidate;
+    use super::{Candidate, Via};
 
     /// The first field of every cursor; a cursor of another form is refused.
-    pub const VERSION: &str = "c1";
+    pub const VERSION: &str = "c2";
 
     /// A stable 64-bit FNV-1a hash of the prefix, so a cursor is not used with another one.
     pub fn prefix_tag(prefix: &str) -> u64 {
@@ -711,11 +1072,28 @@ mod cursor {
         })
     }
 
-    /// A candidate as hex: `l<name>` for a lock, `s<slot>:<name>` for a slot.
+    /// A candidate as hex: `l<name>` (`f<name>` by its fence) for a lock, `s<slot>:<name>`
+    /// (`t<slot>:<name>`) for a slot.
     pub fn encode(candidate: &Candidate) -> String {
         let text = match candidate {
-            Candidate::Lock(name) => format!("l{name}"),
-            Candidate::Slot(name, slot) => format!("s{slot}:{name}"),
+            Candidate::Lock {
+                name,
+                via: Via::Lock,
+            } => format!("l{name}"),
+            Candidate::Lock {
+                name,
+                via: Via::Fence,
+            } => format!("f{name}"),
+            Candidate::Slot {
+                name,
+                slot,
+                via: Via::Lock,
+            } => format!("s{slot}:{name}"),
+            Candidate::Slot {
+                name,
+                slot,
+                via: Via::Fence,
+            } => format!("t{slot}:{name}"),
         };
         text.bytes().map(|byte| format!("{byte:02x}")).collect()
     }
@@ -729,24 +1107,61 @@ mod cursor {
             .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
             .collect::<Option<Vec<u8>>>()?;
         let text = String::from_utf8(bytes).ok()?;
-        if let Some(name) = text.strip_prefix('l') {
-            return Some(Candidate::Lock(name.to_string()));
+        let mut chars = text.chars();
+        let kind = chars.next()?;
+        let rest = chars.as_str();
+        let lock = |via| {
+            Some(Candidate::Lock {
+                name: rest.to_string(),
+                via,
+            })
+        };
+        let slot = |via| {
+            let (slot, name) = rest.split_once(':')?;
+            Some(Candidate::Slot {
+                name: name.to_string(),
+                slot: slot.parse().ok()?,
+                via,
+            })
+        };
+        match kind {
+            'l' => lock(Via::Lock),
+            'f' => lock(Via::Fence),
+            's' => slot(Via::Lock),
+            't' => slot(Via::Fence),
+            _ => None,
         }
-        let (slot, name) = text.strip_prefix('s')?.split_once(':')?;
-        Some(Candidate::Slot(name.to_string(), slot.parse().ok()?))
     }
 }
 
-/// What a key met while listing is (the key without `<prefix>:{`): a lock, a semaphore's
-/// slot, or neither (a fence key, a semaphore's count).
+/// What a key met while listing is (the key without `<prefix>:{`): a lock's or a slot's
+/// lock or fence key, or neither (a semaphore's count, anything else).
 fn candidate_of(rest: &str) -> Option<Candidate> {
     if let Some(name) = rest.strip_suffix("}:lock") {
-        return Some(Candidate::Lock(name.to_string()));
+        return Some(Candidate::Lock {
+            name: name.to_string(),
+            via: Via::Lock,
+        });
     }
-    let (name, slot) = rest.rsplit_once("}:permit:")?;
-    (!slot.is_empty() && slot.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| Some(Candidate::Slot(name.to_string(), slot.parse().ok()?)))
-        .flatten()
+    if let Some(name) = rest.strip_suffix("}:fence") {
+        return Some(Candidate::Lock {
+            name: name.to_string(),
+            via: Via::Fence,
+        });
+    }
+    let (slot_key, via) = match rest.strip_suffix(":fence") {
+        Some(slot_key) => (slot_key, Via::Fence),
+        None => (rest, Via::Lock),
+    };
+    let (name, slot) = slot_key.rsplit_once("}:permit:")?;
+    if slot.is_empty() || !slot.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(Candidate::Slot {
+        name: name.to_string(),
+        slot: slot.parse().ok()?,
+        via,
+    })
 }
 
 #[cfg(test)]
@@ -754,34 +1169,63 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_slot_key_names_its_semaphore_and_a_fence_key_names_none() {
-        let slot = |name: &str, n| Some(Candidate::Slot(name.to_string(), n));
-        assert_eq!(candidate_of("api}:permit:3"), slot("api", 3));
+    fn a_slot_key_names_its_semaphore_and_a_count_key_names_none() {
+        let slot = |name: &str, slot, via| {
+            Some(Candidate::Slot {
+                name: name.to_string(),
+                slot,
+                via,
+            })
+        };
+        let lock = |name: &str, via| {
+            Some(Candidate::Lock {
+                name: name.to_string(),
+                via,
+            })
+        };
+        assert_eq!(candidate_of("api}:permit:3"), slot("api", 3, Via::Lock));
         assert_eq!(
             candidate_of("a}:permit:1}:permit:12"),
-            slot("a}:permit:1", 12)
+            slot("a}:permit:1", 12, Via::Lock)
         );
+        assert_eq!(candidate_of("db}:lock"), lock("db", Via::Lock));
         assert_eq!(
-            candidate_of("db}:lock"),
-            Some(Candidate::Lock("db".to_string()))
+            candidate_of("api}:permit:3:fence"),
+            slot("api", 3, Via::Fence)
         );
-        assert_eq!(candidate_of("api}:permit:3:fence"), None);
+        assert_eq!(candidate_of("db}:fence"), lock("db", Via::Fence));
+        assert_eq!(
+            candidate_of("a}:permit:1}:fence"),
+            lock("a}:permit:1", Via::Fence)
+        );
         assert_eq!(candidate_of("api}:permit:"), None);
         assert_eq!(candidate_of("api}:permits"), None);
-        assert_eq!(candidate_of("db}:fence"), None);
+        assert_eq!(candidate_of("api}:permits:released"), None);
     }
 
     #[test]
     fn a_cursor_reads_back_as_the_position_it_was_written_from() {
         let tag = cursor::prefix_tag("jobs:");
-        let position = Position {
-            walked: vec![true, false, false, false, false],
-            group: 2,
-            scan: "8192".to_string(),
-            after: Some(Candidate::Slot("api.v1:x".to_string(), 7)),
-        };
-        let text = position.render(tag);
-        assert_eq!(Position::parse(&text, 5, tag).ok(), Some(position));
+        for after in [
+            Candidate::Slot {
+                name: "api.v1:x".to_string(),
+                slot: 7,
+                via: Via::Fence,
+            },
+            Candidate::Lock {
+                name: "db".to_string(),
+                via: Via::Lock,
+            },
+        ] {
+            let position = Position {
+                walked: vec![Walk::Walked, Walk::PassedOver, Walk::Pending, Walk::Pending],
+                group: 2,
+                scan: "8192".to_string(),
+                after: Some(after),
+            };
+            let text = position.render(tag);
+            assert_eq!(Position::parse(&text, 4, tag).ok(), Some(position));
+        }
         let start = Position::start(3);
         assert_eq!(
             Position::parse(&start.render(tag), 3, tag).ok(),
@@ -797,7 +1241,8 @@ mod tests {
             (text.as_str(), 5, cursor::prefix_tag("other")),
             (text.as_str(), 3, tag),
             ("garbage", 5, tag),
-            ("c1.00000.9.0.0.", 5, tag),
+            ("c2.00000.9.0.0.", 5, tag),
+            ("c1.00000.0.0.0.", 5, tag),
             ("", 5, tag),
         ] {
             match Position::parse(bad, groups, tag) {
@@ -805,5 +1250,13 @@ mod tests {
                 other => panic!("{bad:?} gave {other:?}"),
             }
         }
+        // Walks end in group order.
+        let tag_text = format!("{tag:016x}");
+        for order in ["01000", "10100", "0x000"] {
+            let bad = format!("c2.{order}.1.0.{tag_text}.");
+            assert!(Position::parse(&bad, 5, tag).is_err(), "{bad}");
+        }
+        let good = format!("c2.x0000.1.0.{tag_text}.");
+        assert!(Position::parse(&good, 5, tag).is_ok());
     }
 }
