@@ -24,9 +24,18 @@ use crate::group::scripts;
 /// Most calls in one script call: a master runs a script to the end before anything else,
 /// so this bounds how long one batch holds it (well under a millisecond).
 const MAX_BATCH: usize = 128;
-/// Most grants and renewals waiting for one master. Past it a new one is refused at once
-/// rather than queued: a queue longer than a master serves within the call timeout would make
-/// every call in it time out (and leave grants to roll back). Releases are never refused.
+/// Most calls waiting for one master before a new grant is refused at once rather than
+/// queued: a queue longer than a master serves within the call timeout would make every call
+/// in it time out (and leave grants to roll back).
+///
+/// Renewals and releases are never refused. A refused renewal is a lost lease that was still
+/// held, and a refused release leaves the lock standing until its TTL. Their queue is bounded
+/// by their callers instead: a keepalive lease has one renewal in flight at a time (the MCP
+/// server also caps its leases and its concurrent calls), so a master never has more renewals
+/// queued than leases renewing. One still queued at its caller's call timeout is dropped
+/// unsent and retried while the lease is valid, so a queue longer than the master serves
+/// costs it nothing. Sending a renewal late is safe: it renews only a lock that still carries
+/// its token, and its caller counts the new validity from before it queued.
 const MAX_QUEUED: usize = 8 * MAX_BATCH;
 const QUEUED_TOO_LONG: &str = "queued behind other calls for the whole call timeout";
 pub(crate) const QUEUE_FULL: &str =
@@ -140,7 +149,7 @@ impl Lane {
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
         let queued = {
             let mut state = self.state();
-            if state.queue.len() >= MAX_QUEUED && call.script != LockScript::Release {
+            if state.queue.len() >= MAX_QUEUED && call.script.grants() {
                 return Reply::NotSent(QUEUE_FULL);
             }
             if state.busy {
@@ -199,7 +208,8 @@ impl Lane {
         }
     }
 
-    /// Whether a new grant would be refused now (see [`MAX_QUEUED`]).
+    /// Whether a new grant would be refused now: the queue, renewals included, is at
+    /// [`MAX_QUEUED`].
     pub fn full(&self) -> bool {
         self.state().queue.len() >= MAX_QUEUED
     }
