@@ -233,11 +233,20 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             let mut lab = Lab::open(dir)?;
             let (index, shard_index) = shard_index(&lab, group, shard)?;
             let node = lab.kill_primary(index, shard_index).await?;
+            let next = if lab.spec().replicas == 0 {
+                format!(
+                    "it has no replica: its slots stay down until `quorumlock lab restart {group} --shard {shard}`"
+                )
+            } else {
+                format!(
+                    "the cluster promotes a replica after {} ms of silence if most of g{group}'s primaries are alive",
+                    lab.spec().down_after_ms
+                )
+            };
             println!(
-                "killed the primary of g{group} shard s{shard}, {} (PID {}); the cluster promotes a replica after {} ms of silence if most of g{group}'s primaries are alive",
+                "killed the primary of g{group} shard s{shard}, {} (PID {}); {next}",
                 shown(&node),
-                node.pid,
-                lab.spec().down_after_ms
+                node.pid
             );
             Ok(())
         }
@@ -442,8 +451,9 @@ async fn up(spec: LabSpec) -> anyhow::Result<()> {
     };
     let members = match spec.cluster {
         Some(shape) => format!(
-            "each a Redis Cluster of {} shards, {} each",
+            "each a Redis Cluster of {} shard{}, {}",
             shape.shards,
+            if shape.shards == 1 { "" } else { "s" },
             members.replacen("master", "primary", 1)
         ),
         None => members,
