@@ -8,12 +8,14 @@
 //! reports its renewal counts on stderr (`serve --report-renewals`), so the figures are the
 //! server's own, not estimates.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use axum::http::{HeaderValue, header};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation};
@@ -120,6 +122,18 @@ pub enum LoadError {
         "session {index} could not open or take its keepalive lease: {message} (check the open-file limit, `ulimit -n`, and the server's stderr above)"
     )]
     Session { index: usize, message: String },
+    #[error(
+        "{sessions} sessions need about {needed} open files, in this process and again in the server (one per session's event stream, plus the churn sessions' connections and Redis'), but the open-file limit is {limit} and could not be raised{why}. Raise the hard limit as root before running (`ulimit -Hn {needed}` in the shell, `prlimit --nofile={needed}`, a container's `--ulimit nofile={needed}`, systemd's LimitNOFILE; the kernel allows up to /proc/sys/fs/nr_open), or run at most about {fits} sessions"
+    )]
+    OpenFiles {
+        sessions: usize,
+        needed: u64,
+        limit: u64,
+        why: String,
+        fits: u64,
+    },
+    #[error("cannot read the open-file limit (getrlimit): {0}")]
+    ReadLimit(std::io::Error),
     #[error("cannot read the server's /proc entry: {0}")]
     Proc(String),
     #[error("{0}")]
@@ -146,7 +160,7 @@ struct Server {
 
 /// Runs the load and reports what the server did.
 pub async fn run(options: &LoadOptions) -> Result<LoadReport, LoadError> {
-    let open_files_limit = raise_open_files(options.sessions);
+    let open_files_limit = raise_open_files(options.sessions, options.churn_sessions)?;
     let mut server = start(options).await?;
     let report = drive(options, &server, open_files_limit).await;
     stop(&mut server).await;
@@ -163,7 +177,7 @@ async fn drive(
     let mut churn = Vec::with_capacity(options.churn_sessions);
     for index in 0..options.churn_sessions {
         churn.push(
-            connect(server)
+            connect(server, Connections::KeepOpen)
                 .await
                 .map_err(|message| LoadError::Session {
                     index: options.sessions + index,
@@ -183,7 +197,7 @@ async fn drive(
     let holders: Vec<(usize, Client)> = futures::stream::iter(0..options.sessions)
         .map(|index| async move {
             let holder = async {
-                let client = connect(server).await?;
+                let client = connect(server, Connections::CloseAfterCall).await?;
                 let arguments = serde_json::json!({
                     "resource": format!("load:hold:{index}"),
                     "ttl_ms": ttl_ms,
@@ -382,11 +396,28 @@ async fn acquire_release(client: &Client, resource: &str, ttl_ms: u64) -> Option
     Some(elapsed)
 }
 
-async fn connect(server: &Server) -> Result<Client, String> {
-    let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
-            .auth_header(server.token.clone()),
-    );
+/// How a session's client uses HTTP connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Connections {
+    /// Keeps its request connection open between calls (the churn sessions, whose latency
+    /// counts).
+    KeepOpen,
+    /// Closes its request connection after each call and keeps only its event stream open.
+    /// An idle client's pool drops that connection after 90 s anyway; closing it at once lets
+    /// both processes fit one open file per holder under a hard limit they cannot raise.
+    CloseAfterCall,
+}
+
+async fn connect(server: &Server, connections: Connections) -> Result<Client, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(server.url.as_str())
+        .auth_header(server.token.clone());
+    if connections == Connections::CloseAfterCall {
+        config = config.custom_headers(HashMap::from([(
+            header::CONNECTION,
+            HeaderValue::from_static("close"),
+        )]));
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
     client_config()
         .serve(transport)
         .await
@@ -517,28 +548,40 @@ async fn stop(server: &mut Server) {
     }
 }
 
-/// Raises this process's open-file limit (which the server inherits) to what `sessions`
-/// need, as far as the system allows; returns the limit in effect.
-fn raise_open_files(sessions: usize) -> libc::rlim_t {
-    let wanted = (sessions as u64 * 4 + 4096) as libc::rlim_t;
+/// Open files a load of `sessions` holders and `churn` more sessions needs in this process,
+/// and again in the server: one per holder's event stream, two per churn session (its event
+/// stream and its request connection), the holders' request connections while they open,
+/// and room for Redis connections and the rest.
+fn open_files_needed(sessions: usize, churn: usize) -> u64 {
+    (sessions + 2 * churn + 2 * OPEN_CONCURRENCY + 1024) as u64
+}
+
+/// Raises this process's open-file limit (which the server inherits) to what the load needs,
+/// as far as the system allows; returns the limit in effect, or says what to raise when it
+/// stays too low.
+fn raise_open_files(sessions: usize, churn: usize) -> Result<libc::rlim_t, LoadError> {
+    let needed: libc::rlim_t = open_files_needed(sessions, churn);
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    let mut refused = None;
     // SAFETY: getrlimit and setrlimit read and write the one struct passed by pointer.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
+            return Err(LoadError::ReadLimit(std::io::Error::last_os_error()));
         }
-        if limit.rlim_cur >= wanted {
-            return limit.rlim_cur;
+        if limit.rlim_cur >= needed {
+            return Ok(limit.rlim_cur);
         }
-        // Root may raise the hard limit too; anyone may raise the soft one up to it.
+        // Root with CAP_SYS_RESOURCE may raise the hard limit too; anyone may raise the soft
+        // one up to it.
         let raised = libc::rlimit {
-            rlim_cur: wanted,
-            rlim_max: wanted.max(limit.rlim_max),
+            rlim_cur: needed,
+            rlim_max: needed.max(limit.rlim_max),
         };
         if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) != 0 {
+            refused = Some(std::io::Error::last_os_error());
             let soft = libc::rlimit {
                 rlim_cur: limit.rlim_max,
                 rlim_max: limit.rlim_max,
@@ -546,10 +589,20 @@ fn raise_open_files(sessions: usize) -> libc::rlim_t {
             libc::setrlimit(libc::RLIMIT_NOFILE, &soft);
         }
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
-            return 0;
+            return Err(LoadError::ReadLimit(std::io::Error::last_os_error()));
         }
     }
-    limit.rlim_cur
+    if limit.rlim_cur >= needed {
+        return Ok(limit.rlim_cur);
+    }
+    let fits = limit.rlim_cur.saturating_sub(open_files_needed(0, churn));
+    Err(LoadError::OpenFiles {
+        sessions,
+        needed,
+        limit: limit.rlim_cur,
+        why: refused.map_or_else(String::new, |error| format!(" ({error})")),
+        fits,
+    })
 }
 
 /// The resident memory of process `pid`, in kB (`VmRSS` in `/proc/PID/status`).
@@ -685,5 +738,26 @@ mod tests {
         let parsed = line.strip_prefix(RENEWALS_PREFIX).and_then(parse_counts);
         assert_eq!(parsed, Some(counts));
         assert_eq!(parse_counts("12 1 two 0"), None);
+    }
+
+    #[test]
+    fn an_open_file_limit_too_low_says_what_to_raise_and_how_many_sessions_fit() {
+        let needed = open_files_needed(10_000, 64);
+        assert!(needed > 10_000, "{needed}");
+        let error = LoadError::OpenFiles {
+            sessions: 10_000,
+            needed,
+            limit: 8_192,
+            why: " (Operation not permitted)".into(),
+            fits: 8_192 - open_files_needed(0, 64),
+        };
+        let message = error.to_string();
+        assert!(
+            message.contains(&format!("ulimit -Hn {needed}")),
+            "{message}"
+        );
+        assert!(message.contains("the open-file limit is 8192"), "{message}");
+        assert!(message.contains("Operation not permitted"), "{message}");
+        assert!(message.contains("at most about 6976 sessions"), "{message}");
     }
 }

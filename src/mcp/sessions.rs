@@ -399,7 +399,9 @@ impl SessionRegistry {
                     let _ = responder.send(released);
                 }
             }
-            Err(end) => self.ended(session, peer, &lease, end).await,
+            // Boxed: the notification's future is large and rarely needed, and every lease's
+            // task would otherwise reserve room for it for the lease's whole life.
+            Err(end) => Box::pin(self.ended(session, peer, &lease, end)).await,
         }
     }
 
