@@ -37,6 +37,11 @@ const MAX_BATCH: usize = 128;
 /// costs it nothing. Sending a renewal late is safe: it renews only a lock that still carries
 /// its token, and its caller counts the new validity from before it queued.
 const MAX_QUEUED: usize = 8 * MAX_BATCH;
+/// Longest a renewal that finds its master idle waits for others to go out with it.
+/// Renewals are due every ttl/3 and not urgent to the millisecond, and each script call costs
+/// the master an admission check (`INFO`) and the client a command, so a few gathered into
+/// one call are much cheaper than each sent alone.
+const MAX_LINGER: Duration = Duration::from_millis(5);
 const QUEUED_TOO_LONG: &str = "queued behind other calls for the whole call timeout";
 pub(crate) const QUEUE_FULL: &str =
     "too many calls already queued for this master (the client is overloaded)";
@@ -145,14 +150,18 @@ impl Lane {
     }
 
     /// Runs `call` on the master within the per-call timeout, queued behind the call in flight
-    /// if there is one.
+    /// if there is one. A renewal that finds the master idle lingers a moment (see
+    /// [`linger`]) for others to go out with it.
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
+        let linger = linger(&call);
         let queued = {
             let mut state = self.state();
             if state.queue.len() >= MAX_QUEUED && call.script.grants() {
                 return Reply::NotSent(QUEUE_FULL);
             }
-            if state.busy {
+            let lingers = !state.busy && linger.is_some();
+            if state.busy || lingers {
+                state.busy = true;
                 let (answer, receiver) = oneshot::channel();
                 let claimed = Arc::new(AtomicBool::new(false));
                 state.queue.push_back(Queued {
@@ -160,13 +169,20 @@ impl Lane {
                     claimed: claimed.clone(),
                     answer,
                 });
-                Ok((receiver, claimed))
+                Ok((receiver, claimed, lingers))
             } else {
                 state.busy = true;
                 Err(call)
             }
         };
-        match queued {
+        if let (Ok((_, _, true)), Some(linger)) = (&queued, linger) {
+            let lane = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(linger).await;
+                lane.drain().await;
+            });
+        }
+        match queued.map(|(receiver, claimed, _)| (receiver, claimed)) {
             Ok((mut receiver, claimed)) => {
                 match tokio::time::timeout(self.call_timeout, &mut receiver).await {
                     Ok(Ok(reply)) => reply,
@@ -322,6 +338,22 @@ impl Lane {
     }
 }
 
+/// How long `call` waits on an idle master for others: a renewal waits a hundredth of its
+/// TTL, at most [`MAX_LINGER`], so even the shortest lease keeps nearly all its validity;
+/// anything else goes at once. The renewal's caller counts its validity from before it
+/// queued, so the wait only makes the lease look shorter to its holder, never longer.
+fn linger(call: &Call) -> Option<Duration> {
+    if call.script != LockScript::Extend {
+        return None;
+    }
+    let ttl_ms = match call.args.get(1) {
+        Some(Value::Integer(ms)) => u64::try_from(*ms).ok()?,
+        _ => return None,
+    };
+    let linger = Duration::from_millis(ttl_ms / 100).min(MAX_LINGER);
+    (!linger.is_zero()).then_some(linger)
+}
+
 /// The keys and arguments of `lua/batch.lua` for `calls`.
 fn pack(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
     let key_count = calls.iter().map(|call| call.keys.len()).sum();
@@ -342,6 +374,26 @@ fn pack(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn extend(ttl_ms: i64) -> Call {
+        Call {
+            script: LockScript::Extend,
+            keys: vec!["l".into()].into(),
+            args: vec!["t".into(), Value::from(ttl_ms)].into(),
+        }
+    }
+
+    #[test]
+    fn a_renewal_lingers_a_hundredth_of_its_ttl_up_to_the_cap_and_nothing_else_lingers() {
+        assert_eq!(linger(&extend(200)), Some(Duration::from_millis(2)));
+        assert_eq!(linger(&extend(5_000)), Some(MAX_LINGER));
+        assert_eq!(linger(&extend(50)), None);
+        let release = Call {
+            script: LockScript::Release,
+            ..extend(5_000)
+        };
+        assert_eq!(linger(&release), None);
+    }
 
     #[test]
     fn pack_lays_out_what_batch_lua_reads() {
