@@ -2,10 +2,11 @@
 //! another is in flight wait, and go out together as one script call (`lua/batch.lua`) as soon
 //! as it is back.
 //!
-//! An idle master gets each call at once as its own script, so batching costs a lone caller
-//! nothing; under load one script call (one read, one reply, one admission check, one
-//! replicated transaction) carries many locks. Calls stay in arrival order on the master, so
-//! a rollback always runs after the grant it undoes.
+//! An idle master gets each grant and release at once as its own script, so batching costs a
+//! lone caller nothing; a renewal waits a moment there for others to join it. Under load one
+//! script call (one read, one reply, one admission check, one replicated transaction) carries
+//! many locks. Calls stay in arrival order on the master, so a rollback always runs after the
+//! grant it undoes.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
