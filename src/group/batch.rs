@@ -110,8 +110,11 @@ struct Queued {
 
 #[derive(Default)]
 struct State {
-    /// A call or a batch is in flight; new calls queue behind it.
+    /// A call or a batch is in flight, or renewals linger; new calls queue behind it.
     busy: bool,
+    /// Renewals wait on an idle master for others (`linger`); whoever ends the wait first,
+    /// its timer or a call that does not linger, sends the queue.
+    lingering: bool,
     queue: VecDeque<Queued>,
 }
 
@@ -152,10 +155,11 @@ impl Lane {
 
     /// Runs `call` on the master within the per-call timeout, queued behind the call in flight
     /// if there is one. A renewal that finds the master idle lingers a moment (see
-    /// [`linger`]) for others to go out with it.
+    /// [`linger`]) for others to go out with it; any other call ends the wait and takes the
+    /// renewals along at once.
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
         let linger = linger(&call);
-        let queued = {
+        let (queued, ends_linger) = {
             let mut state = self.state();
             if state.queue.len() >= MAX_QUEUED && call.script.grants() {
                 return Reply::NotSent(QUEUE_FULL);
@@ -163,6 +167,8 @@ impl Lane {
             let lingers = !state.busy && linger.is_some();
             if state.busy || lingers {
                 state.busy = true;
+                let ends_linger = state.lingering && linger.is_none();
+                state.lingering = lingers || (state.lingering && !ends_linger);
                 let (answer, receiver) = oneshot::channel();
                 let claimed = Arc::new(AtomicBool::new(false));
                 state.queue.push_back(Queued {
@@ -170,18 +176,24 @@ impl Lane {
                     claimed: claimed.clone(),
                     answer,
                 });
-                Ok((receiver, claimed, lingers))
+                (Ok((receiver, claimed, lingers)), ends_linger)
             } else {
                 state.busy = true;
-                Err(call)
+                (Err(call), false)
             }
         };
         if let (Ok((_, _, true)), Some(linger)) = (&queued, linger) {
             let lane = Arc::clone(self);
             tokio::spawn(async move {
                 tokio::time::sleep(linger).await;
-                lane.drain().await;
+                // Unless a call that does not linger took the queue out meanwhile.
+                if lane.end_linger() {
+                    lane.drain().await;
+                }
             });
+        }
+        if ends_linger {
+            tokio::spawn(Arc::clone(self).drain());
         }
         match queued.map(|(receiver, claimed, _)| (receiver, claimed)) {
             Ok((mut receiver, claimed)) => {
@@ -229,6 +241,11 @@ impl Lane {
     /// [`MAX_QUEUED`].
     pub fn full(&self) -> bool {
         self.state().queue.len() >= MAX_QUEUED
+    }
+
+    /// Ends the renewals' wait; false when it had already ended.
+    fn end_linger(&self) -> bool {
+        std::mem::take(&mut self.state().lingering)
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
