@@ -182,6 +182,8 @@ pub const MAX_LIST_LIMIT: usize = 10_000;
 const LIST_CONCURRENCY: usize = 16;
 /// Locks one script call reads while listing: it stays well within the per-call timeout.
 const LOCKS_PER_READ: usize = 100;
+/// Lock reads of one batch in flight at once while listing.
+const READS_IN_FLIGHT: usize = 4;
 /// Keys one SCAN call of a listing looks at (MATCH filters them after).
 const SCAN_COUNT: u32 = 1000;
 
@@ -598,18 +600,18 @@ impl Locks {
         group: usize,
         walked: &[usize],
     ) -> Result<Vec<Option<Listed>>, Error> {
-        let mut lock_names: Vec<&str> = candidates
-            .iter()
-            .filter_map(|candidate| match candidate {
-                Candidate::Lock { name, .. } => Some(name.as_str()),
-                Candidate::Slot { .. } => None,
-            })
-            .collect();
+        let mut lock_names = self.worth_reading(candidates, group, walked).await;
         lock_names.dedup();
-        // One read at a time: each is one script call on every group's connection.
+        // A few reads in flight: each is one script call on every group's connection, and
+        // more at once only queue there behind the per-call timeout.
         let mut reads = Vec::with_capacity(lock_names.len());
-        for some in lock_names.chunks(LOCKS_PER_READ) {
-            reads.extend(self.statuses_of(some).await);
+        for wave in lock_names.chunks(LOCKS_PER_READ * READS_IN_FLIGHT) {
+            let some = futures::future::join_all(
+                wave.chunks(LOCKS_PER_READ)
+                    .map(|some| self.statuses_of(some)),
+            )
+            .await;
+            reads.extend(some.into_iter().flatten());
         }
         let locks: HashMap<&str, LockStatus> = lock_names.iter().copied().zip(reads).collect();
         let mut semaphore_names: Vec<&str> = candidates
@@ -655,6 +657,82 @@ impl Locks {
             decided.push(listed);
         }
         Ok(decided)
+    }
+
+    /// The locks among `candidates` the walk of `group` may list, told from a read of this
+    /// group and the `walked` ones only, so that only those are read on every group. A lock
+    /// is left out when this group keeps neither a token nor a fence for it, when it was met
+    /// by its lock key and this group keeps a fence (the walk lists it from the fence), or
+    /// when a walked group keeps the same token or the same fence: both groups then carry
+    /// the holder's grant or neither does, and the walked one listed it.
+    async fn worth_reading<'c>(
+        &self,
+        candidates: &'c [Candidate],
+        group: usize,
+        walked: &[usize],
+    ) -> Vec<&'c str> {
+        let mut met: Vec<(&str, Via)> = candidates
+            .iter()
+            .filter_map(|candidate| match candidate {
+                Candidate::Lock { name, via } => Some((name.as_str(), *via)),
+                Candidate::Slot { .. } => None,
+            })
+            .collect();
+        let mut names: Vec<&str> = met.iter().map(|(name, _)| *name).collect();
+        names.dedup();
+        let groups: Vec<usize> = std::iter::once(group)
+            .chain(walked.iter().copied())
+            .collect();
+        // Per name, each of `groups`' view: `None` where the group did not answer.
+        let mut views: HashMap<&str, Vec<Option<Seen>>> = HashMap::new();
+        for some in names.chunks(LOCKS_PER_READ) {
+            let keys: Vec<_> = some
+                .iter()
+                .flat_map(|name| self.engine.resource_keys(name).inspect())
+                .collect();
+            let replies = futures::future::join_all(groups.iter().map(|index| {
+                let keys = keys.clone();
+                async move {
+                    match self.engine.groups.get(*index) {
+                        Some(one) => Some(
+                            one.eval::<Vec<Value>>(&scripts::INSPECT, keys, Vec::new())
+                                .await,
+                        ),
+                        None => None,
+                    }
+                }
+            }))
+            .await;
+            for (at, name) in some.iter().enumerate() {
+                let seen = replies
+                    .iter()
+                    .map(|reply| match Read::of(reply.as_ref(), at) {
+                        Read::Seen(seen) => Some(seen),
+                        _ => None,
+                    })
+                    .collect();
+                views.insert(name, seen);
+            }
+        }
+        met.retain(|(name, via)| {
+            let Some(seen) = views.get(name) else {
+                return true;
+            };
+            let Some(Some(here)) = seen.first() else {
+                return true;
+            };
+            if here.token.is_empty() && here.fence == 0 {
+                return false;
+            }
+            if *via == Via::Lock && here.fence > 0 {
+                return false;
+            }
+            !seen.iter().skip(1).flatten().any(|before| {
+                (here.fence > 0 && before.fence == here.fence)
+                    || (!here.token.is_empty() && before.token == here.token)
+            })
+        });
+        met.into_iter().map(|(name, _)| name).collect()
     }
 
     /// Semaphore `name` as the groups see it now, with every slot's view.
