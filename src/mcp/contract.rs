@@ -362,8 +362,8 @@ pub struct ListLocksResult {
     pub truncated: bool,
     /// Present when more match: call list_locks again with the same prefix and this value as
     /// `cursor` for the next page. Absent on the last page. Following it from the first page
-    /// lists every lock held all along once while the keys stay as they are (a view, not a
-    /// snapshot).
+    /// lists every lock held on a majority all along exactly once (docs/mcp.md names the
+    /// rare exceptions).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_cursor: Option<String>,
 }
