@@ -214,7 +214,7 @@ async fn a_listing_with_too_few_groups_answering_is_an_error_not_an_empty_page()
         fx.lab.freeze(group).await.expect("freeze");
     }
     match fx.locks.list_page("few:", 10, None).await {
-        Err(Error::Unavailable { needed, votes, .. }) => {
+        Err(Error::ListingUnavailable { needed, votes, .. }) => {
             assert_eq!(needed, 3);
             let failed: Vec<_> = votes.iter().map(|vote| vote.group.as_str()).collect();
             assert_eq!(failed, ["g1", "g2", "g3"]);
@@ -237,10 +237,8 @@ async fn a_lock_that_too_few_answering_groups_cannot_tell_is_an_error_not_a_miss
     }
     fx.lab.freeze(0).await.expect("freeze");
     match fx.locks.list_page("tell:", 10, None).await {
-        Err(Error::Unavailable {
-            resource, votes, ..
-        }) => {
-            assert_eq!(resource, "tell:00");
+        Err(Error::ListingUnavailable { locks, votes, .. }) => {
+            assert_eq!(locks, "tell:00");
             assert!(
                 votes
                     .iter()

@@ -290,7 +290,9 @@ pub(crate) struct NoTopology;
 fn exit_code(error: &anyhow::Error) -> u8 {
     match error.downcast_ref::<Error>() {
         Some(Error::Held { .. } | Error::NotHeld { .. }) => exit::DENIED,
-        Some(Error::Unavailable { .. } | Error::Expired { .. }) => exit::UNAVAILABLE,
+        Some(
+            Error::Unavailable { .. } | Error::ListingUnavailable { .. } | Error::Expired { .. },
+        ) => exit::UNAVAILABLE,
         Some(Error::InvalidInput { .. } | Error::Config(_)) => exit::USAGE,
         Some(Error::Setup { .. }) => exit::FAILURE,
         Some(Error::LeaseLost { .. }) => exit::LEASE_LOST,

@@ -117,6 +117,18 @@ fn engine_error(error: &crate::Error) -> Value {
             "total": total,
             "votes": votes,
         }),
+        Error::ListingUnavailable {
+            locks,
+            needed,
+            total,
+            votes,
+        } => json!({
+            "kind": "unavailable",
+            "locks": locks,
+            "needed": needed,
+            "total": total,
+            "votes": votes,
+        }),
         Error::Expired {
             resource,
             elapsed_ms,

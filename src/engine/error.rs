@@ -53,6 +53,19 @@ pub enum Error {
         votes: Vec<GroupVote>,
     },
 
+    /// Too few groups answered for a listing to tell which locks are held.
+    #[error(
+        "cannot list `{locks}`: {needed} of {total} groups must answer to tell which locks are held, but these failed: {}. Check them with `quorumlock health`, then list again",
+        failed_group_names(votes).join(", ")
+    )]
+    ListingUnavailable {
+        /// The listing's prefix followed by `*`, or the one lock it could not decide.
+        locks: String,
+        needed: usize,
+        total: usize,
+        votes: Vec<GroupVote>,
+    },
+
     /// A majority granted, but too late: the time left was used up by the round trips.
     #[error(
         "acquiring `{resource}` took {elapsed_ms} ms, longer than its TTL minus the drift allowance; the grants were rolled back. Use a longer ttl, or a shorter call timeout"
@@ -111,6 +124,7 @@ impl Error {
         match self {
             Error::Held { votes, .. }
             | Error::Unavailable { votes, .. }
+            | Error::ListingUnavailable { votes, .. }
             | Error::Expired { votes, .. }
             | Error::NotHeld { votes, .. } => votes,
             _ => &[],
@@ -119,7 +133,10 @@ impl Error {
 
     /// True when the failure comes from the infrastructure (too few groups answered).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Error::Unavailable { .. })
+        matches!(
+            self,
+            Error::Unavailable { .. } | Error::ListingUnavailable { .. }
+        )
     }
 }
 

@@ -444,7 +444,7 @@ impl Locks {
     /// outlives the key) lists the lock; the others skip it. A group that does not answer
     /// when its walk starts is passed over, as if it held nothing.
     ///
-    /// Errors: [`Error::Unavailable`] when too few groups answer to walk enough of them or to
+    /// Errors: [`Error::ListingUnavailable`] when too few groups answer to walk enough of them or to
     /// tell whether a lock is held (or which group listed it); [`Error::InvalidInput`] naming
     /// `cursor` when the group a cursor is in the middle of stopped answering, as going on
     /// would repeat or miss locks: list again without a cursor.
@@ -795,8 +795,8 @@ impl Locks {
                 });
             }
         }
-        Error::Unavailable {
-            resource: format!("{prefix}*"),
+        Error::ListingUnavailable {
+            locks: format!("{prefix}*"),
             needed: enough,
             total: self.engine.groups.len(),
             votes: passed_over,
@@ -889,8 +889,8 @@ impl LockStatus {
                 },
             })
             .collect();
-        Error::Unavailable {
-            resource: self.resource.clone(),
+        Error::ListingUnavailable {
+            locks: self.resource.clone(),
             needed,
             total: self.groups.len(),
             votes,

@@ -90,6 +90,12 @@ impl From<Error> for ToolError {
                     "{error}. This is an infrastructure failure, not contention: nobody was granted the lock by this call. Call cluster_health, then retry in a few seconds"
                 ),
             },
+            Error::ListingUnavailable { .. } => ToolError {
+                kind: ToolErrorKind::Unavailable,
+                message: format!(
+                    "{error}. This is an infrastructure failure. Call cluster_health, then retry in a few seconds"
+                ),
+            },
             _ => ToolError::failed(error.to_string()),
         }
     }
