@@ -434,7 +434,11 @@ impl Locks {
     /// the pages of one listing every lock held on a majority all along, and every semaphore
     /// whose permits stay held, is listed exactly once, even when its key expired on some
     /// groups or a waiter's partial grant sits on a group; a lock not held on a majority is
-    /// not listed. One taken or released meanwhile may show or not.
+    /// not listed. One taken or released meanwhile may show or not. The limits, since a page
+    /// cannot know what an earlier walk saw: a lock shows twice when a group walked before
+    /// lost its key and a waiter's grant then replaced its fence there, and is missed when the
+    /// holder's own grant reaches the first group after its walk passed it, or when `SCAN`
+    /// returns a batch differently on the next page (a shrinking table, a failover).
     ///
     /// A page costs SCAN calls on one group at a time from where the page before stopped,
     /// not a walk of every group's keyspace: a lock held on a majority has its keys on at
@@ -444,8 +448,8 @@ impl Locks {
     /// outlives the key) lists the lock; the others skip it. A group that does not answer
     /// when its walk starts is passed over, as if it held nothing.
     ///
-    /// Errors: [`Error::ListingUnavailable`] when too few groups answer to walk enough of them or to
-    /// tell whether a lock is held (or which group listed it); [`Error::InvalidInput`] naming
+    /// Errors: [`Error::ListingUnavailable`] when too few groups answer to walk enough of
+    /// them or to tell whether a lock is held (or which group listed it); [`Error::InvalidInput`] naming
     /// `cursor` when the group a cursor is in the middle of stopped answering, as going on
     /// would repeat or miss locks: list again without a cursor.
     pub async fn list_page(

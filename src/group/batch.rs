@@ -158,7 +158,7 @@ impl Lane {
     /// [`linger`]) for others to go out with it; any other call ends the wait and takes the
     /// renewals along at once.
     pub async fn call(self: &Arc<Self>, call: Call) -> Reply<Answer> {
-        let linger = linger(&call);
+        let linger = linger(&call, self.call_timeout);
         let (queued, ends_linger) = {
             let mut state = self.state();
             if state.queue.len() >= MAX_QUEUED && call.script.grants() {
@@ -357,10 +357,12 @@ impl Lane {
 }
 
 /// How long `call` waits on an idle master for others: a renewal waits a hundredth of its
-/// TTL, at most [`MAX_LINGER`], so even the shortest lease keeps nearly all its validity;
-/// anything else goes at once. The renewal's caller counts its validity from before it
-/// queued, so the wait only makes the lease look shorter to its holder, never longer.
-fn linger(call: &Call) -> Option<Duration> {
+/// TTL, at most [`MAX_LINGER`] and a quarter of the call timeout, so even the shortest lease
+/// keeps nearly all its validity and the send keeps most of its timeout (the caller's timeout
+/// runs from when it queued); anything else goes at once. The renewal's caller counts its
+/// validity from before it queued, so the wait only makes the lease look shorter to its
+/// holder, never longer.
+fn linger(call: &Call, call_timeout: Duration) -> Option<Duration> {
     if call.script != LockScript::Extend {
         return None;
     }
@@ -368,8 +370,10 @@ fn linger(call: &Call) -> Option<Duration> {
         Some(Value::Integer(ms)) => u64::try_from(*ms).ok()?,
         _ => return None,
     };
-    let linger = Duration::from_millis(ttl_ms / 100).min(MAX_LINGER);
-    (!linger.is_zero()).then_some(linger)
+    let linger = Duration::from_millis(ttl_ms / 100)
+        .min(MAX_LINGER)
+        .min(call_timeout / 4);
+    (linger >= Duration::from_millis(1)).then_some(linger)
 }
 
 /// The keys and arguments of `lua/batch.lua` for `calls`.
@@ -403,14 +407,28 @@ mod tests {
 
     #[test]
     fn a_renewal_lingers_a_hundredth_of_its_ttl_up_to_the_cap_and_nothing_else_lingers() {
-        assert_eq!(linger(&extend(200)), Some(Duration::from_millis(2)));
-        assert_eq!(linger(&extend(5_000)), Some(MAX_LINGER));
-        assert_eq!(linger(&extend(50)), None);
+        let timeout = Duration::from_millis(100);
+        assert_eq!(
+            linger(&extend(200), timeout),
+            Some(Duration::from_millis(2))
+        );
+        assert_eq!(linger(&extend(5_000), timeout), Some(MAX_LINGER));
+        assert_eq!(linger(&extend(50), timeout), None);
         let release = Call {
             script: LockScript::Release,
             ..extend(5_000)
         };
-        assert_eq!(linger(&release), None);
+        assert_eq!(linger(&release, timeout), None);
+    }
+
+    #[test]
+    fn a_renewal_lingers_at_most_a_quarter_of_the_call_timeout() {
+        assert_eq!(
+            linger(&extend(5_000), Duration::from_millis(8)),
+            Some(Duration::from_millis(2))
+        );
+        // A 5 ms call timeout would leave the wait under a millisecond: no wait at all.
+        assert_eq!(linger(&extend(5_000), Duration::from_millis(3)), None);
     }
 
     #[test]
