@@ -91,7 +91,8 @@ pub struct TlsSettings {
     pub server_name: Option<String>,
 }
 
-/// One master group: either watched by Sentinel (`sentinels` + `service`) or a plain address.
+/// One master group: watched by Sentinel (`sentinels` + `service`), a plain address, or a
+/// Redis Cluster (`cluster`, its seed nodes).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupConfig {
@@ -106,6 +107,10 @@ pub struct GroupConfig {
     /// The Sentinel service (master) name of this group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    /// `host:port` of some nodes of a Redis Cluster that is this group: the engine learns the
+    /// rest of the cluster, and its slot map, from them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster: Vec<String>,
     /// Redis ACL username for the master.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub username: Option<String>,
@@ -143,6 +148,8 @@ pub enum Endpoint {
         sentinels: Vec<(String, u16)>,
         service: String,
     },
+    /// A Redis Cluster, learnt from these seed nodes.
+    Cluster { seeds: Vec<(String, u16)> },
 }
 
 /// A configuration problem, with the key it concerns.
@@ -396,6 +403,13 @@ impl Topology {
                         })
                         .collect(),
                 ),
+                Endpoint::Cluster { seeds } => (
+                    "cluster",
+                    seeds
+                        .iter()
+                        .map(|(host, port)| format!("{}:{port}", host.to_ascii_lowercase()))
+                        .collect(),
+                ),
             };
             for master in seen {
                 if let Some(other) = masters.insert(master, group.name.as_str()) {
@@ -455,6 +469,15 @@ impl GroupConfig {
         }
     }
 
+    /// A group that is a Redis Cluster, learnt from `seeds`.
+    pub fn cluster(name: &str, seeds: Vec<String>) -> Self {
+        GroupConfig {
+            name: name.to_string(),
+            cluster: seeds,
+            ..Default::default()
+        }
+    }
+
     /// A group that is one plain master.
     pub fn direct(name: &str, address: &str) -> Self {
         GroupConfig {
@@ -472,6 +495,33 @@ impl GroupConfig {
                 key("name"),
                 "must be non-empty, without control characters",
             ));
+        }
+        if !self.cluster.is_empty() {
+            if self.address.is_some() || !self.sentinels.is_empty() || self.service.is_some() {
+                return Err(invalid(
+                    key("cluster"),
+                    "a Cluster group is given by its seed nodes alone: drop `address`, `sentinels` and `service`",
+                ));
+            }
+            if self.sentinel_username.is_some()
+                || self.sentinel_password.is_some()
+                || self.sentinel_password_file.is_some()
+                || self.sentinel_password_env.is_some()
+            {
+                return Err(invalid(
+                    key("sentinel_password"),
+                    "a Cluster group has no Sentinels: drop the Sentinel credentials",
+                ));
+            }
+            let seeds = self
+                .cluster
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    parse_address(s).map_err(|m| invalid(key(&format!("cluster[{i}]")), m))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Endpoint::Cluster { seeds });
         }
         match (&self.address, self.sentinels.is_empty(), &self.service) {
             (Some(address), true, None) => {

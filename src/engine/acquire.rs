@@ -329,6 +329,7 @@ impl Engine {
                 script,
                 keys: script_keys.clone(),
                 args: args.into(),
+                hash_slot: claim.hash_slot(),
             };
             let replies = fan_out(
                 &self.groups,
@@ -538,6 +539,7 @@ impl Engine {
             script: LockScript::Release,
             keys: keys.release().into(),
             args: keys.release_args(token, &announcement).into(),
+            hash_slot: keys.hash_slot(),
         };
         Some(self.delete_apart(release, may_hold, 1 + DELETE_RETRIES))
     }

@@ -11,12 +11,12 @@ use fred::types::Value;
 
 use crate::engine::clock::millis;
 use crate::engine::error::Error;
-use crate::engine::fan_out::fan_out;
 use crate::engine::locks::{Engine, Locks};
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
+use crate::group::cluster::Every;
 use crate::group::reply::{Reply, integer};
-use crate::group::scripts;
+use crate::group::scripts::GroupScript;
 
 /// A policy as `lua/policy.lua` answers it: `{max_ttl_ms, write_window_ms}`, or `{}`.
 pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
@@ -160,16 +160,30 @@ impl Locks {
                         other => return refused(format!("cannot look for keys: {}", describe(&other))),
                     }
                 }
-                let reply = group.eval::<Vec<Value>>(&scripts::ADMIT, keys, args).await;
-                let (policy, votes_in_ms) = match reply {
-                    Reply::Answer(values) => match (
-                        parse_policy(values.get(1..3).unwrap_or(&[])),
-                        integer(values.get(3)),
-                    ) {
-                        (Some(policy), Some(votes_in_ms)) => (policy, votes_in_ms),
-                        _ => return refused(format!("unexpected admit reply {values:?}")),
-                    },
-                    other => return refused(describe(&other)),
+                // Once on a master; once per slot in a Cluster group, which votes from when
+                // its last slot does.
+                let replies = group
+                    .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Admit, keys, args)
+                    .await;
+                let mut admitted: Option<(Policy, u64)> = None;
+                for reply in replies {
+                    let (policy, votes_in_ms) = match reply {
+                        Reply::Answer(values) => match (
+                            parse_policy(values.get(1..3).unwrap_or(&[])),
+                            integer(values.get(3)),
+                        ) {
+                            (Some(policy), Some(votes_in_ms)) => (policy, votes_in_ms),
+                            _ => return refused(format!("unexpected admit reply {values:?}")),
+                        },
+                        other => return refused(describe(&other)),
+                    };
+                    admitted = Some(match admitted {
+                        None => (policy, votes_in_ms),
+                        Some((seen, latest)) => (seen.merge(policy), latest.max(votes_in_ms)),
+                    });
+                }
+                let Some((policy, votes_in_ms)) = admitted else {
+                    return refused("no answer to the admission".to_string());
                 };
                 let replicas = group.wait_for_replicas(REPLICA_WAIT).await;
                 tracing::info!(
@@ -219,10 +233,39 @@ impl PolicyAnswer {
 /// Whether `group`'s master holds a lock policy (a master that does not answer counts as
 /// having none: admitting it is refused until it answers).
 async fn group_has_policy(group: &crate::group::Group, policy: &str) -> bool {
-    matches!(
-        group.eval::<Vec<Value>>(&scripts::POLICY, vec![policy.into()], vec![]).await,
-        Reply::Answer(values) if parse_policy(&values).is_some()
-    )
+    let replies = group
+        .eval_group::<Vec<Value>>(
+            Every::Slot,
+            GroupScript::Policy,
+            vec![policy.into()],
+            vec![],
+        )
+        .await;
+    replies
+        .iter()
+        .all(|reply| matches!(reply, Reply::Answer(values) if parse_policy(values).is_some()))
+}
+
+/// One group's policy from what its master (or each slot of a Cluster group) answered: no
+/// answer when any part did not answer, since it may hold a larger policy; else the largest
+/// held; else none.
+fn group_policy(replies: &[Reply<Vec<Value>>]) -> PolicyAnswer {
+    let mut held: Option<Policy> = None;
+    for reply in replies {
+        match reply {
+            Reply::Answer(values) => {
+                if let Some(policy) = parse_policy(values) {
+                    held = Some(held.map_or(policy, |seen| seen.merge(policy)));
+                }
+            }
+            _ => return PolicyAnswer::NoAnswer,
+        }
+    }
+    match (replies.is_empty(), held) {
+        (true, _) => PolicyAnswer::NoAnswer,
+        (false, Some(policy)) => PolicyAnswer::Held(policy),
+        (false, None) => PolicyAnswer::Missing,
+    }
 }
 
 /// A reply that is not an answer, in words.
@@ -280,23 +323,18 @@ impl Engine {
     /// What each group answered when asked for its lock policy.
     async fn read_policy_answers(&self) -> Vec<PolicyAnswer> {
         let policy = policy_key(&self.topology.key_prefix);
-        let replies = fan_out(
-            &self.groups,
-            |group| {
-                group.eval::<Vec<Value>>(&scripts::POLICY, vec![policy.as_str().into()], vec![])
-            },
-            |_| false,
-        )
+        let replies = futures::future::join_all(self.groups.iter().map(|group| {
+            group.eval_group::<Vec<Value>>(
+                Every::Slot,
+                GroupScript::Policy,
+                vec![policy.as_str().into()],
+                vec![],
+            )
+        }))
         .await;
         replies
             .iter()
-            .map(|reply| match reply {
-                Some(Reply::Answer(values)) => match parse_policy(values) {
-                    Some(policy) => PolicyAnswer::Held(policy),
-                    None => PolicyAnswer::Missing,
-                },
-                _ => PolicyAnswer::NoAnswer,
-            })
+            .map(|replies| group_policy(replies))
             .collect()
     }
 
@@ -326,7 +364,18 @@ impl Engine {
             .map(|(group, _)| {
                 let (keys, args) = (keys.clone(), args.clone());
                 async move {
-                    let reply = group.eval::<Vec<Value>>(&scripts::ADOPT, keys, args).await;
+                    let replies = group
+                        .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Adopt, keys, args)
+                        .await;
+                    // Adopted where any part lacked the policy; unanswered where any part
+                    // did not answer, so the next vote tries again.
+                    let adopted = replies.iter().any(
+                        |reply| matches!(reply, Reply::Answer(values) if integer(values.first()) == Some(1)),
+                    );
+                    let reply = match replies.iter().find(|reply| !matches!(reply, Reply::Answer(_))) {
+                        Some(_) => Reply::Timeout,
+                        None => Reply::Answer(vec![Value::from(i64::from(adopted))]),
+                    };
                     (group, reply)
                 }
             });

@@ -18,6 +18,7 @@ use crate::group::Group;
 use crate::group::batch::{Call, LockScript};
 use crate::group::reply::{Reply, integer, text};
 use crate::group::scripts;
+use crate::group::slots::HashSlot;
 
 impl Engine {
     /// Runs a delete by token (`call`) on the groups marked in `on`, each tried up to `tries`
@@ -101,6 +102,7 @@ impl Engine {
             script: LockScript::Extend,
             keys: keys.extend().into(),
             args: args.into(),
+            hash_slot: keys.hash_slot(),
         };
         let votes = self
             .by_token(
@@ -136,6 +138,7 @@ impl Engine {
             script: LockScript::Release,
             keys: keys.release().into(),
             args: keys.release_args(token, token).into(),
+            hash_slot: keys.hash_slot(),
         };
         let wake = || {
             for member in &keys.members {
@@ -191,7 +194,14 @@ impl Engine {
         );
         let votes = self
             .by_token(
-                |group| group.eval(&scripts::FORCE_RELEASE, lock_keys.clone(), args.clone()),
+                |group| {
+                    group.eval(
+                        HashSlot::of_resource(resource),
+                        &scripts::FORCE_RELEASE,
+                        lock_keys.clone(),
+                        args.clone(),
+                    )
+                },
                 // A force release deletes whatever holds the lock: never tried twice, since
                 // a try that timed out may have run, and a new holder may have taken the
                 // lock before the second one lands.

@@ -2,7 +2,6 @@
 //! the engine talks to and what each Sentinel names, role, replicas and their lag, and
 //! whether the master votes or sits out its quarantine.
 
-use fred::prelude::*;
 use fred::types::{InfoKind, Value};
 use serde::Serialize;
 
@@ -10,9 +9,10 @@ use crate::engine::locks::Locks;
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
 use crate::group::Group;
+use crate::group::cluster::Every;
 use crate::group::diagnose::{ask_sentinel, connection_failure};
 use crate::group::reply::Reply;
-use crate::group::scripts;
+use crate::group::scripts::GroupScript;
 
 /// One Sentinel's answer about a group.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -138,8 +138,9 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
     let (ping, info, admission, sentinels, config) = tokio::join!(
         group.ping(),
         group.info(InfoKind::Replication),
-        group.eval::<Vec<Value>>(
-            &scripts::ADMISSION_STATE,
+        group.eval_group::<Vec<Value>>(
+            Every::Shard,
+            GroupScript::AdmissionState,
             vec![keys.marker.as_str().into(), keys.policy.as_str().into()],
             Vec::new()
         ),
@@ -154,7 +155,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
     };
     // fred's own words for a client that cannot connect rarely say why.
     let error = match error {
-        Some(error) if !group.client().is_connected() => {
+        Some(error) if !group.connected() => {
             let cause = match group.down_because() {
                 Some(cause) => Some(cause),
                 None => connection_failure(group.reach()).await,
@@ -167,10 +168,20 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
         Reply::Answer(text) => parse_replication(&text),
         _ => (None, Vec::new()),
     };
-    let (admission, policy) = match admission {
-        Reply::Answer(values) => read_admission(&values),
-        _ => (Admission::Unknown, None),
-    };
+    // A Cluster group's primaries each answer: the first that does not vote speaks for it.
+    let admissions: Vec<(Admission, Option<Policy>)> = admission
+        .into_iter()
+        .map(|reply| match reply {
+            Reply::Answer(values) => read_admission(&values),
+            _ => (Admission::Unknown, None),
+        })
+        .collect();
+    let (admission, policy) = admissions
+        .iter()
+        .find(|(admission, _)| *admission != Admission::Voting)
+        .or(admissions.first())
+        .cloned()
+        .unwrap_or((Admission::Unknown, None));
     let unsafe_settings = unsafe_settings(&admission, policy, &replicas, &config);
     let master = group.connected_master();
     // With no master of the engine's own, the Sentinels are compared with each other.

@@ -13,9 +13,11 @@ use crate::engine::locks::{Locks, OwnerRecord};
 use crate::engine::resource::{ResourceKeys, validate_resource};
 use crate::engine::semaphore::{PermitHolder, SemaphoreStatus};
 use crate::engine::vote::{GroupVote, Vote};
+use crate::group::SlotKeys;
 use crate::group::reply::Reply;
 use crate::group::reply::text;
 use crate::group::scripts;
+use crate::group::slots::HashSlot;
 
 /// One group's view of one lock.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -269,9 +271,10 @@ impl Locks {
         keys: &ResourceKeys,
     ) -> Result<LockStatus, Error> {
         let keys = keys.inspect();
+        let slot = HashSlot::of_resource(resource);
         let replies = fan_out(
             &self.engine.groups,
-            |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),
+            |group| group.eval::<Vec<Value>>(slot, &scripts::INSPECT, keys.clone(), Vec::new()),
             |_| false,
         )
         .await;
@@ -282,18 +285,21 @@ impl Locks {
         Ok(self.status_from(resource, reads))
     }
 
+    /// The inspect script's keys of each of `resources`, with the slot each lives in.
+    fn inspect_keys<S: AsRef<str>>(&self, resources: &[S]) -> Vec<SlotKeys> {
+        resources
+            .iter()
+            .map(|resource| SlotKeys {
+                slot: HashSlot::of_resource(resource.as_ref()),
+                keys: self.engine.resource_keys(resource.as_ref()).inspect(),
+            })
+            .collect()
+    }
+
     /// Reads many locks on every group with one script call per group.
     async fn statuses_of(&self, resources: &[&str]) -> Vec<LockStatus> {
-        let keys: Vec<_> = resources
-            .iter()
-            .flat_map(|resource| self.engine.resource_keys(resource).inspect())
-            .collect();
-        let replies = fan_out(
-            &self.engine.groups,
-            |group| group.eval::<Vec<Value>>(&scripts::INSPECT, keys.clone(), Vec::new()),
-            |_| false,
-        )
-        .await;
+        let keys = self.inspect_keys(resources);
+        let replies = fan_out(&self.engine.groups, |group| group.inspect(&keys), |_| false).await;
         resources
             .iter()
             .enumerate()
@@ -499,7 +505,19 @@ impl Locks {
                 return Err(self.too_few_walked(prefix, enough, &at, passed_over));
             }
             let group = &engine.groups[at.group];
-            let client = group.client().with_options(&timed);
+            // A Cluster group's keys are spread over its primaries, whose set changes with
+            // its slot map: a cursor cannot resume a walk there, so listing passes it over.
+            let Some(client) = group.client() else {
+                passed_over.push(GroupVote {
+                    group: group.name.clone(),
+                    vote: Vote::Error {
+                        message: "a listing does not walk a Cluster group".to_string(),
+                    },
+                });
+                at.next_group(Walk::PassedOver);
+                continue 'groups;
+            };
+            let client = client.with_options(&timed);
             // A walk that starts in this call has listed nothing on an earlier page: if its
             // group stops answering, what it put on this page is taken back and it is passed
             // over as a whole.
@@ -690,18 +708,12 @@ impl Locks {
         // Per name, each of `groups`' view: `None` where the group did not answer.
         let mut views: HashMap<&str, Vec<Option<Seen>>> = HashMap::new();
         for some in names.chunks(LOCKS_PER_READ) {
-            let keys: Vec<_> = some
-                .iter()
-                .flat_map(|name| self.engine.resource_keys(name).inspect())
-                .collect();
+            let keys = self.inspect_keys(some);
             let replies = futures::future::join_all(groups.iter().map(|index| {
-                let keys = keys.clone();
+                let keys = &keys;
                 async move {
                     match self.engine.groups.get(*index) {
-                        Some(one) => Some(
-                            one.eval::<Vec<Value>>(&scripts::INSPECT, keys, Vec::new())
-                                .await,
-                        ),
+                        Some(one) => Some(one.inspect(keys).await),
                         None => None,
                     }
                 }

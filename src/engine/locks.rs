@@ -206,7 +206,7 @@ impl Locks {
         resources: &[S],
         options: &AcquireOptions,
     ) -> Result<Lease, Error> {
-        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        let keys = self.engine.set_keys(resources)?;
         self.acquire_claim(Claim::Set(keys), options).await
     }
 
@@ -246,7 +246,7 @@ impl Locks {
         token: &str,
         ttl: Duration,
     ) -> Result<Extended, Error> {
-        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        let keys = self.engine.set_keys(resources)?;
         self.engine.extend(&keys, token, ttl).await
     }
 
@@ -263,7 +263,7 @@ impl Locks {
         resources: &[S],
         token: &str,
     ) -> Result<Released, Error> {
-        let keys = LeaseKeys::set(&self.engine.topology.key_prefix, resources)?;
+        let keys = self.engine.set_keys(resources)?;
         self.engine.release(&keys, token).await
     }
 
@@ -334,6 +334,26 @@ pub(crate) fn lifetime(ttl: Duration, drift_factor: f64) -> Duration {
 
 impl Engine {
     /// The keys of one resource.
+    /// The keys of a set of resources (see [`LeaseKeys::set`]). A set of several is refused
+    /// when a group is a Redis Cluster: its resources live in slots of their own, and a
+    /// Cluster primary runs a script on one slot.
+    pub fn set_keys<S: AsRef<str>>(&self, resources: &[S]) -> Result<LeaseKeys, Error> {
+        let keys = LeaseKeys::set(&self.topology.key_prefix, resources)?;
+        if keys.names.len() > 1
+            && let Some(cluster) = self.groups.iter().find(|group| group.is_cluster())
+        {
+            return Err(Error::invalid(
+                "resources",
+                format!(
+                    "names {} resources, and group `{}` is a Redis Cluster, where each resource lives in a hash slot of its own: take them one at a time",
+                    keys.names.len(),
+                    cluster.name
+                ),
+            ));
+        }
+        Ok(keys)
+    }
+
     pub fn resource_keys(&self, resource: &str) -> ResourceKeys {
         ResourceKeys::new(&self.topology.key_prefix, resource)
     }

@@ -6,6 +6,7 @@
 use fred::types::Key;
 
 use crate::engine::error::Error;
+use crate::group::slots::HashSlot;
 
 /// Longest accepted resource name, in bytes.
 pub const MAX_RESOURCE_BYTES: usize = 512;
@@ -135,6 +136,15 @@ impl LeaseKeys {
         self.names.join(", ")
     }
 
+    /// The Cluster hash slot of the lease's one resource; `None` for a set of several, whose
+    /// resources live in slots of their own.
+    pub fn hash_slot(&self) -> Option<HashSlot> {
+        match self.names.as_slice() {
+            [name] => Some(HashSlot::of_resource(name)),
+            _ => None,
+        }
+    }
+
     fn shared(&self) -> &ResourceKeys {
         &self.members[0]
     }
@@ -232,6 +242,14 @@ impl PermitKeys {
 }
 
 impl Claim {
+    /// The Cluster hash slot of what it claims (see [`LeaseKeys::hash_slot`]).
+    pub fn hash_slot(&self) -> Option<HashSlot> {
+        match self {
+            Claim::Set(keys) => keys.hash_slot(),
+            Claim::Permit(keys) => Some(HashSlot::of_resource(&keys.name)),
+        }
+    }
+
     /// How errors and logs name it.
     pub fn label(&self) -> String {
         match self {

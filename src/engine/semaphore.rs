@@ -16,6 +16,7 @@ use crate::engine::lease::Acquire;
 use crate::engine::locks::{AcquireOptions, Locks};
 use crate::engine::resource::{Claim, PermitKeys, validate_resource};
 use crate::group::reply::Reply;
+use crate::group::slots::HashSlot;
 
 /// A semaphore as the groups see it now (advisory, like [`Locks::status`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,7 +70,13 @@ impl Locks {
         // The slot keys do not depend on the count: read it first, then every slot.
         let probe = PermitKeys::new(&engine.topology.key_prefix, name, 1)?;
         let count_key = probe.count.as_str().unwrap_or_default().to_string();
-        let replies = fan_out(&engine.groups, |group| group.get(&count_key), |_| false).await;
+        let slot = HashSlot::of_resource(name);
+        let replies = fan_out(
+            &engine.groups,
+            |group| group.get(slot, &count_key),
+            |_| false,
+        )
+        .await;
         let mut counts: Vec<u32> = replies
             .iter()
             .filter_map(|reply| match reply {

@@ -21,6 +21,7 @@ use tokio::sync::{Notify, oneshot};
 use crate::group::eval_script;
 use crate::group::reply::Reply;
 use crate::group::scripts;
+use crate::group::slots::HashSlot;
 
 /// Most calls in one script call: a master runs a script to the end before anything else,
 /// so this bounds how long one batch holds it (well under a millisecond).
@@ -90,6 +91,17 @@ pub(crate) struct Call {
     pub script: LockScript,
     pub keys: Arc<[Key]>,
     pub args: Arc<[Value]>,
+    /// The Cluster hash slot of the call's resource; `None` for a set of several.
+    pub hash_slot: Option<HashSlot>,
+}
+
+/// Which calls one script call may carry together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Batching {
+    /// Any: the master holds every key.
+    Mixed,
+    /// Only calls of one hash slot: a Cluster primary refuses a script whose keys span slots.
+    PerSlot,
 }
 
 /// The script's answer, and (`replica_acks` > 0, a batch with an acquire) how many replicas
@@ -124,6 +136,7 @@ pub(crate) struct Lane {
     call_timeout: Duration,
     /// `WAIT replicas timeout_ms` pipelined behind every acquire, when configured.
     acks: Option<(u32, u64)>,
+    batching: Batching,
     state: Mutex<State>,
     /// Signalled each time the lane falls idle.
     idle: Notify,
@@ -143,11 +156,13 @@ impl Lane {
         timed: WithOptions<Client>,
         call_timeout: Duration,
         acks: Option<(u32, u64)>,
+        batching: Batching,
     ) -> Self {
         Lane {
             timed,
             call_timeout,
             acks,
+            batching,
             state: Mutex::new(State::default()),
             idle: Notify::new(),
         }
@@ -277,9 +292,22 @@ impl Lane {
         loop {
             let batch: Vec<Queued> = {
                 let mut state = self.state();
-                let mut batch = Vec::new();
-                while batch.len() < MAX_BATCH {
-                    let Some(queued) = state.queue.pop_front() else {
+                let mut batch: Vec<Queued> = Vec::new();
+                // Per slot, the calls of other slots keep their place for the next batch; the
+                // order that matters, a rollback after its grant, is within one resource.
+                let mut at = 0;
+                while batch.len() < MAX_BATCH && at < state.queue.len() {
+                    let joins = match (self.batching, batch.first()) {
+                        (Batching::PerSlot, Some(first)) => {
+                            state.queue[at].call.hash_slot == first.call.hash_slot
+                        }
+                        _ => true,
+                    };
+                    if !joins {
+                        at += 1;
+                        continue;
+                    }
+                    let Some(queued) = state.queue.remove(at) else {
                         break;
                     };
                     // Its caller gave up on it at its timeout, knows it was never sent, and has
@@ -402,6 +430,7 @@ mod tests {
             script: LockScript::Extend,
             keys: vec!["l".into()].into(),
             args: vec!["t".into(), Value::from(ttl_ms)].into(),
+            hash_slot: None,
         }
     }
 
@@ -437,11 +466,13 @@ mod tests {
             script: LockScript::Acquire,
             keys: vec!["l".into(), "f".into(), "a".into()].into(),
             args: vec!["t".into(), Value::from(10_i64)].into(),
+            hash_slot: None,
         };
         let release = Call {
             script: LockScript::Release,
             keys: vec!["l2".into()].into(),
             args: Vec::new().into(),
+            hash_slot: None,
         };
         let (keys, args) = pack(&[acquire, release]);
         let keys: Vec<String> = keys.iter().map(|k| k.as_str_lossy().to_string()).collect();

@@ -6,32 +6,36 @@
 //! scripts, the Sentinel watch, connecting and diagnosing, ACL and TLS. A group answers each
 //! call with a [`reply::Reply`]; it knows nothing of votes or majorities.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::WithOptions;
 use fred::error::ErrorKind;
 use fred::prelude::*;
-use fred::types::config::{Server, UnresponsiveConfig};
+use fred::types::config::Server;
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
 
-use tokio_util::task::AbortOnDropHandle;
-
 use crate::config::{ConfigError, Endpoint, GroupConfig, Topology};
-use crate::group::batch::{Answer, Call, Lane};
-use crate::group::connection::{Connection, connect, shut};
+use crate::group::batch::{Answer, Batching, Call};
+use crate::group::cluster::{Cluster, Every};
 use crate::group::diagnose::Diagnosis;
+use crate::group::master::Master;
 use crate::group::reply::Reply;
+use crate::group::scripts::GroupScript;
 use crate::group::security::{Credentials, Transport};
+use crate::group::slots::HashSlot;
 
 pub(crate) mod batch;
+pub(crate) mod cluster;
 pub(crate) mod connection;
 pub(crate) mod diagnose;
+pub(crate) mod master;
 pub(crate) mod reply;
 pub(crate) mod scripts;
 pub(crate) mod security;
 pub(crate) mod sentinel;
+pub(crate) mod slots;
 
 /// Why a group's client could not be built. Not a network failure: those are votes.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +51,7 @@ pub(crate) enum SetupError {
 const RECONNECT_DELAY_MS: u32 = 20;
 pub(crate) const RECONNECT_DELAY: Duration = Duration::from_millis(RECONNECT_DELAY_MS as u64);
 /// How long the first connection may take before the group starts out as "down".
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
 
 /// How a Sentinel-watched group is watched.
 #[derive(Clone)]
@@ -93,23 +97,27 @@ impl Reach {
     }
 }
 
+/// The keys one script reads of one resource, and the slot the resource lives in.
+pub(crate) struct SlotKeys {
+    pub slot: HashSlot,
+    pub keys: Vec<Key>,
+}
+
 /// One Redis master group that votes.
 pub(crate) struct Group {
     /// The group's name, as written in votes and errors.
     pub name: String,
     reach: Reach,
     diagnosis: Arc<Diagnosis>,
-    /// The task that keeps the client connected, stopped by `quit`.
-    connection: Mutex<Option<Connection>>,
-    /// Loads the scripts onto every master this client connects to (after failovers too).
-    script_loader: AbortOnDropHandle<()>,
-    /// How this group's clients are built, kept for the release subscriber made on demand.
-    builder: Builder,
-    client: Client,
-    /// The same client with the per-call timeout and fail-fast applied to every command.
-    timed: WithOptions<Client>,
-    /// Acquire, release and extend, batched while the master is busy.
-    lane: Arc<Lane>,
+    nodes: Nodes,
+}
+
+/// What a group is made of.
+enum Nodes {
+    /// One master: Sentinel-watched or a plain address. Boxed: its client's builder is large.
+    Master(Box<Master>),
+    /// A Redis Cluster: a primary per range of slots.
+    Cluster(Cluster),
 }
 
 /// One run of `script` by SHA and, with `acks = Some((replicas, timeout_ms))`, `WAIT`
@@ -197,7 +205,7 @@ pub(crate) async fn eval_by_sha<R: FromValue>(
 }
 
 /// Loads every script; a failure only means the first call pays a NOSCRIPT round trip.
-async fn load_scripts(client: &Client) {
+pub(crate) async fn load_scripts(client: &Client) {
     for script in crate::group::scripts::all() {
         if let Some(lua) = script.lua() {
             let _ = client.script_load::<String, _>(lua.clone()).await;
@@ -205,7 +213,7 @@ async fn load_scripts(client: &Client) {
     }
 }
 
-async fn load_scripts_on_reconnect(client: Client, diagnosis: Arc<Diagnosis>) {
+pub(crate) async fn load_scripts_on_reconnect(client: Client, diagnosis: Arc<Diagnosis>) {
     let mut reconnects = client.reconnect_rx();
     loop {
         match reconnects.recv().await {
@@ -218,14 +226,14 @@ async fn load_scripts_on_reconnect(client: Client, diagnosis: Arc<Diagnosis>) {
     }
 }
 
-fn reconnect_policy() -> ReconnectPolicy {
+pub(crate) fn reconnect_policy() -> ReconnectPolicy {
     let mut policy = ReconnectPolicy::new_constant(0, RECONNECT_DELAY_MS);
     policy.set_jitter(0);
     policy
 }
 
 impl Group {
-    /// Builds the client and starts connecting. A group that is down now is not an error:
+    /// Builds the clients and starts connecting. A group that is down now is not an error:
     /// it reconnects in the background and votes "error" until it is back.
     pub async fn connect(
         index: usize,
@@ -234,12 +242,22 @@ impl Group {
         transport: &Transport,
     ) -> Result<Self, SetupError> {
         let endpoint = config.endpoint_at(index)?;
-        let direct = match &endpoint {
-            Endpoint::Direct { host, port } => Some((host.clone(), *port)),
-            Endpoint::Sentinel { .. } => None,
+        let master = Credentials {
+            username: config.username.clone(),
+            password: config.password.clone(),
         };
-        let (server, watched) = match endpoint {
-            Endpoint::Direct { host, port } => (ServerConfig::new_centralized(host, port), None),
+        let diagnosis = Arc::new(Diagnosis::default());
+        let mut reach = Reach {
+            watched: None,
+            direct: None,
+            master: master.clone(),
+            transport: transport.clone(),
+        };
+        let server = match endpoint {
+            Endpoint::Direct { host, port } => {
+                reach.direct = Some((host.clone(), port));
+                ServerConfig::new_centralized(host, port)
+            }
             Endpoint::Sentinel { sentinels, service } => {
                 let credentials = Credentials {
                     username: config.sentinel_username.clone(),
@@ -254,93 +272,63 @@ impl Group {
                     username: credentials.username.clone(),
                     password: credentials.password.clone(),
                 };
-                let watched = Watched {
+                reach.watched = Some(Watched {
                     service,
                     addresses: sentinels,
                     credentials,
-                };
-                (server, Some(watched))
+                });
+                server
+            }
+            Endpoint::Cluster { seeds } => {
+                let cluster = Cluster::new(
+                    &config.name,
+                    seeds,
+                    master,
+                    transport,
+                    topology,
+                    diagnosis.clone(),
+                );
+                return Ok(Group {
+                    name: config.name.clone(),
+                    reach,
+                    diagnosis,
+                    nodes: Nodes::Cluster(cluster),
+                });
             }
         };
-        let call_timeout = topology.call_timeout();
-        let master = Credentials {
-            username: config.username.clone(),
-            password: config.password.clone(),
-        };
-        let fred_config = Config {
-            // The first connection's failure shows at once; `connection::keep_connected`
-            // then starts the client again until it connects (fred gives up after it).
-            fail_fast: true,
-            ..transport.config(server, &master)
-        };
-        let mut builder = Builder::from_config(fred_config);
-        builder
-            .with_connection_config(|connection| {
-                connection.connection_timeout = CONNECT_TIMEOUT;
-                connection.internal_command_timeout = CONNECT_TIMEOUT;
-                // A retried lock call could land twice; the engine retries by itself instead.
-                connection.max_command_attempts = 1;
-                // A frozen master keeps its socket open: drop it so Sentinel's new master is found.
-                connection.unresponsive = UnresponsiveConfig {
-                    max_timeout: Some((call_timeout * 4).max(Duration::from_millis(500))),
-                    interval: Duration::from_millis(100),
-                };
-                connection.tcp.nodelay = Some(true);
-            })
-            .with_performance_config(|performance| {
-                performance.default_command_timeout = call_timeout;
-            })
-            .set_policy(reconnect_policy());
-        let client = builder.build().map_err(|error| SetupError::Client {
+        let built = Master::build(
+            server,
+            &master,
+            transport,
+            topology,
+            diagnosis.clone(),
+            Batching::Mixed,
+        )
+        .map_err(|error| SetupError::Client {
             group: config.name.clone(),
             message: error.to_string(),
         })?;
-        // fred 10 applies these options to plain commands but not to EVAL and EVALSHA, which
-        // go straight to the client: its own config above carries the same timeout,
-        // fail-fast and single attempt, so a lock call is bounded either way.
-        let timed = client.with_options(&Options {
-            timeout: Some(call_timeout),
-            fail_fast: true,
-            max_attempts: Some(1),
-            ..Default::default()
-        });
-        let diagnosis = Arc::new(Diagnosis::default());
-        let script_loader = AbortOnDropHandle::new(tokio::spawn(load_scripts_on_reconnect(
-            client.clone(),
-            diagnosis.clone(),
-        )));
-        let acks = (topology.replica_acks > 0)
-            .then_some((topology.replica_acks, topology.replica_ack_timeout_ms));
-        let lane = Arc::new(Lane::new(timed.clone(), call_timeout, acks));
         Ok(Group {
             name: config.name.clone(),
-            script_loader,
-            reach: Reach {
-                watched,
-                direct,
-                master,
-                transport: transport.clone(),
-            },
+            reach,
             diagnosis,
-            connection: Mutex::new(None),
-            builder,
-            client,
-            timed,
-            lane,
+            nodes: Nodes::Master(Box::new(built)),
         })
     }
 
     /// Starts the connection task and waits (bounded) for the first connection.
     pub async fn start(&self) {
-        let (connection, first) = connect(&self.client, RECONNECT_DELAY, CONNECT_TIMEOUT).await;
-        if let Ok(mut slot) = self.connection.lock() {
-            *slot = Some(connection);
-        }
-        match first {
-            Ok(Ok(())) => {
-                tracing::debug!(group = %self.name, "connected");
-                load_scripts(&self.client).await;
+        let master = match &self.nodes {
+            Nodes::Master(master) => master,
+            Nodes::Cluster(cluster) => {
+                if !cluster.start().await {
+                    tracing::warn!(group = %self.name, "no node of the Cluster group answered; reading its slot map again in the background");
+                }
+                return;
             }
+        };
+        match master.start().await {
+            Ok(Ok(())) => tracing::debug!(group = %self.name, "connected"),
             Ok(Err(error)) => {
                 tracing::warn!(group = %self.name, %error, "group unreachable; reconnecting in the background");
                 // Refused at once (a login, a certificate, nothing listening): a probe by hand
@@ -356,6 +344,11 @@ impl Group {
         }
     }
 
+    /// Whether this group is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.nodes, Nodes::Cluster(_))
+    }
+
     /// Probes, in the background, why the client is down; the answer goes into the votes of
     /// the calls that fail meanwhile.
     fn diagnose(&self) {
@@ -366,13 +359,25 @@ impl Group {
 
     /// The probe that finds and keeps why the client is down (see [`Diagnosis::probe`]).
     fn diagnosis_probe(&self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        self.diagnosis.probe(&self.reach, &self.client, &self.name)
+        let Nodes::Master(master) = &self.nodes else {
+            return None;
+        };
+        self.diagnosis
+            .probe(&self.reach, master.client(), &self.name)
+    }
+
+    /// Whether the group's clients are connected: its master's, or every primary's.
+    pub fn connected(&self) -> bool {
+        match &self.nodes {
+            Nodes::Master(master) => master.client().is_connected(),
+            Nodes::Cluster(cluster) => cluster.connected(),
+        }
     }
 
     /// Why the client is down, when it is and a probe found out (and starts a new probe when
     /// the last one is old).
     pub fn down_because(&self) -> Option<String> {
-        if self.client.is_connected() {
+        if self.connected() {
             return None;
         }
         self.diagnose();
@@ -380,33 +385,93 @@ impl Group {
     }
 
     /// Runs `script` by SHA within the per-call timeout (not batched: inspection and
-    /// operator calls).
+    /// operator calls), for the resource in `slot` (a Cluster group moves the keys there).
     pub async fn eval<R: FromValue>(
         &self,
+        slot: HashSlot,
         script: &Script,
         keys: Vec<Key>,
         args: Vec<Value>,
     ) -> Reply<R> {
-        eval_by_sha(&self.timed, script, &keys, &args).await
+        match &self.nodes {
+            Nodes::Master(master) => master.eval(script, keys, args).await,
+            Nodes::Cluster(cluster) => cluster.eval(slot, script, &keys, args).await,
+        }
+    }
+
+    /// Reads many locks with the inspect script: one call on a master; in a Cluster group one
+    /// per resource, since each lives in its own slot. The answers follow `locks`' order.
+    pub async fn inspect(&self, locks: &[SlotKeys]) -> Reply<Vec<Value>> {
+        match &self.nodes {
+            Nodes::Master(master) => {
+                let keys = locks
+                    .iter()
+                    .flat_map(|lock| lock.keys.iter().cloned())
+                    .collect();
+                master.eval(&scripts::INSPECT, keys, Vec::new()).await
+            }
+            Nodes::Cluster(cluster) => {
+                let reads = futures::future::join_all(locks.iter().map(|lock| {
+                    cluster.eval::<Vec<Value>>(lock.slot, &scripts::INSPECT, &lock.keys, Vec::new())
+                }))
+                .await;
+                let mut views = Vec::with_capacity(4 * locks.len());
+                for read in reads {
+                    match read {
+                        Reply::Answer(view) => views.extend(view),
+                        other => return other,
+                    }
+                }
+                Reply::Answer(views)
+            }
+        }
+    }
+
+    /// Runs a script about the whole group (admission, policy): once on a master; in a
+    /// Cluster group in every slot or in one slot of each primary, as `every` says, with the
+    /// keys moved into each slot. One reply per run.
+    pub async fn eval_group<R: FromValue>(
+        &self,
+        every: Every,
+        script: GroupScript,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Vec<Reply<R>> {
+        match &self.nodes {
+            Nodes::Master(master) => vec![master.eval(script.single(), keys, args).await],
+            Nodes::Cluster(cluster) => cluster.eval_group(every, script, &keys, &args).await,
+        }
     }
 
     /// Waits, within the per-call timeout, until every lock call handed to this group has
     /// been answered, including those nobody waits for any more (the groups a vote was decided
     /// without): a PING sent once the lane is idle comes back after them.
     pub async fn settle(&self) {
-        let _ = tokio::time::timeout(self.lane.call_timeout(), self.lane.settled()).await;
-        let _ = self.ping().await;
+        match &self.nodes {
+            Nodes::Master(master) => master.settle().await,
+            Nodes::Cluster(cluster) => {
+                let shards = cluster.shards();
+                futures::future::join_all(shards.iter().map(|shard| shard.master.settle())).await;
+            }
+        }
     }
 
     /// Whether this group's queue refuses new grants now (the client is overloaded).
     pub fn overloaded(&self) -> bool {
-        self.lane.full()
+        match &self.nodes {
+            Nodes::Master(master) => master.overloaded(),
+            Nodes::Cluster(_) => false,
+        }
     }
 
     /// Runs a lock call, batched with others while the master is busy. A call that fails
     /// while the client is down says why, when a probe found out.
     pub async fn call(&self, call: Call) -> Reply<Answer> {
-        match self.lane.call(call).await {
+        let reply = match &self.nodes {
+            Nodes::Master(master) => master.call(call).await,
+            Nodes::Cluster(cluster) => return cluster.call(call).await,
+        };
+        match reply {
             reply @ (Reply::Timeout | Reply::Failed(_)) => match self.down_because() {
                 Some(cause) => Reply::Failed(format!("not connected: {cause}")),
                 None => reply,
@@ -420,149 +485,125 @@ impl Group {
         &self.reach
     }
 
-    /// The string at `key` on the current master, within the per-call timeout.
-    pub async fn get(&self, key: &str) -> Reply<Option<String>> {
-        match self.timed.get::<Option<String>, _>(key).await {
-            Ok(value) => Reply::Answer(value),
-            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            Err(error) => Reply::Failed(error.to_string()),
+    /// The string at `key` of the resource in `slot`, within the per-call timeout.
+    pub async fn get(&self, slot: HashSlot, key: &str) -> Reply<Option<String>> {
+        match &self.nodes {
+            Nodes::Master(master) => master.get(key).await,
+            Nodes::Cluster(cluster) => cluster.get(slot, key).await,
         }
     }
 
-    /// `INFO <section>` of the current master, within the per-call timeout.
+    /// The master, or a Cluster group's first primary: the node health views read.
+    fn first_master(&self) -> Option<FirstMaster<'_>> {
+        match &self.nodes {
+            Nodes::Master(master) => Some(FirstMaster::Own(master)),
+            Nodes::Cluster(cluster) => cluster.shards().into_iter().next().map(FirstMaster::Shard),
+        }
+    }
+
+    /// `INFO <section>` of the current master (a Cluster group's first primary), within the
+    /// per-call timeout.
     pub async fn info(&self, section: fred::types::InfoKind) -> Reply<String> {
-        match self.timed.info::<String>(Some(section)).await {
-            Ok(text) => Reply::Answer(text),
-            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            Err(error) => Reply::Failed(error.to_string()),
+        match self.first_master() {
+            Some(master) => master.get().info(section).await,
+            None => Reply::NotSent(NO_PRIMARY),
         }
     }
 
-    /// The values of the configuration parameters `names` (`CONFIG GET`), within the
-    /// per-call timeout. A server that renamed or disabled CONFIG answers an error.
+    /// The values of the configuration parameters `names` (`CONFIG GET`) on the master (a
+    /// Cluster group's first primary), within the per-call timeout.
     pub async fn config(&self, names: &[&str]) -> Reply<Vec<(String, String)>> {
-        let asked = names
-            .iter()
-            .map(|name| Value::from(*name))
-            .collect::<Vec<_>>();
-        let command = self
-            .timed
-            .custom::<Value, _>(fred::cmd!("CONFIG", blocking: false), {
-                let mut args = vec![Value::from("GET")];
-                args.extend(asked);
-                args
-            });
-        let text = |value: &Value| value.as_string().unwrap_or_default();
-        match command.await {
-            // RESP3 answers a map, RESP2 a flat list of names and values.
-            Ok(Value::Map(map)) => Reply::Answer(
-                map.inner()
-                    .iter()
-                    .map(|(name, value)| {
-                        (
-                            name.as_str().map(|n| n.to_string()).unwrap_or_default(),
-                            text(value),
-                        )
-                    })
-                    .collect(),
-            ),
-            Ok(Value::Array(flat)) => Reply::Answer(
-                flat.chunks(2)
-                    .filter_map(|pair| match pair {
-                        [name, value] => Some((text(name), text(value))),
-                        _ => None,
-                    })
-                    .collect(),
-            ),
-            Ok(other) => Reply::Failed(format!("unexpected CONFIG GET reply {other:?}")),
-            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            Err(error) => Reply::Failed(error.to_string()),
+        match self.first_master() {
+            Some(master) => master.get().config(names).await,
+            None => Reply::NotSent(NO_PRIMARY),
         }
     }
 
-    /// `host:port` of the master the client is connected to now.
+    /// `host:port` of the master the client is connected to now (every primary of a Cluster
+    /// group, joined).
     pub fn connected_master(&self) -> Option<String> {
-        self.client
-            .active_connections()
-            .first()
-            .map(|server| format!("{}:{}", server.host, server.port))
-    }
-
-    /// Round-trip time of a PING, bounded by the per-call timeout.
-    pub async fn ping(&self) -> Reply<Duration> {
-        let started = std::time::Instant::now();
-        match self.timed.ping::<String>(None).await {
-            Ok(_) => Reply::Answer(started.elapsed()),
-            Err(error) if *error.kind() == ErrorKind::Timeout => Reply::Timeout,
-            Err(error) => Reply::Failed(error.to_string()),
-        }
-    }
-
-    /// Keys matching `pattern` (SCAN, page by page, each page within the per-call timeout),
-    /// at most `limit` of them.
-    pub async fn scan_keys(&self, pattern: &str, limit: usize) -> Reply<Vec<String>> {
-        let mut cursor = "0".to_string();
-        let mut keys = Vec::new();
-        loop {
-            let page = self
-                .timed
-                .scan_page::<(String, Vec<String>), _, _>(cursor.clone(), pattern, Some(1000), None)
-                .await;
-            match page {
-                Ok((next, found)) => {
-                    keys.extend(found);
-                    if next == "0" || keys.len() >= limit {
-                        keys.truncate(limit);
-                        return Reply::Answer(keys);
-                    }
-                    cursor = next;
-                }
-                Err(error) if *error.kind() == ErrorKind::Timeout => return Reply::Timeout,
-                Err(error) => return Reply::Failed(error.to_string()),
+        match &self.nodes {
+            Nodes::Master(master) => master.connected_master(),
+            Nodes::Cluster(cluster) => {
+                let shards = cluster.shards();
+                (!shards.is_empty()).then(|| {
+                    shards
+                        .iter()
+                        .map(|shard| shard.address.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
             }
         }
     }
 
-    /// Waits, at most `limit`, until every replica connected to the master acknowledged the
-    /// writes this client made so far: `(acknowledged, connected)`, or `None` when the master
-    /// did not say.
-    pub async fn wait_for_replicas(&self, limit: Duration) -> Option<(u64, u64)> {
-        let info = self.info(fred::types::InfoKind::Replication).await;
-        let Reply::Answer(text) = info else {
-            return None;
-        };
-        let connected: u64 = text
-            .lines()
-            .find_map(|line| line.trim().strip_prefix("connected_slaves:"))
-            .and_then(|n| n.parse().ok())?;
-        if connected == 0 {
-            return Some((0, 0));
+    /// Round-trip time of a PING, bounded by the per-call timeout (a Cluster group's slowest
+    /// primary).
+    pub async fn ping(&self) -> Reply<Duration> {
+        match &self.nodes {
+            Nodes::Master(master) => master.ping().await,
+            Nodes::Cluster(cluster) => {
+                let shards = cluster.shards();
+                if shards.is_empty() {
+                    return Reply::NotSent(NO_PRIMARY);
+                }
+                let replies =
+                    futures::future::join_all(shards.iter().map(|shard| shard.master.ping())).await;
+                let mut slowest = Duration::ZERO;
+                for reply in replies {
+                    match reply {
+                        Reply::Answer(rtt) => slowest = slowest.max(rtt),
+                        other => return other,
+                    }
+                }
+                Reply::Answer(slowest)
+            }
         }
-        // WAIT's own limit decides, not the per-call timeout.
-        let waiting = self.client.with_options(&Options {
-            timeout: Some(limit + Duration::from_secs(1)),
-            max_attempts: Some(1),
-            ..Default::default()
-        });
-        let wait = waiting.custom::<i64, _>(
-            fred::cmd!("WAIT", blocking: true),
-            vec![
-                Value::from(connected as i64),
-                Value::from(limit.as_millis() as i64),
-            ],
-        );
-        match tokio::time::timeout(limit + Duration::from_secs(1), wait).await {
-            Ok(Ok(acknowledged)) => Some((u64::try_from(acknowledged).unwrap_or(0), connected)),
-            _ => None,
+    }
+
+    /// Keys matching `pattern` (SCAN, page by page, each page within the per-call timeout),
+    /// at most `limit` of them; in a Cluster group on every primary, without their slot tag.
+    pub async fn scan_keys(&self, pattern: &str, limit: usize) -> Reply<Vec<String>> {
+        match &self.nodes {
+            Nodes::Master(master) => master.scan_keys(pattern, limit).await,
+            Nodes::Cluster(cluster) => cluster.scan_keys(pattern, limit).await,
+        }
+    }
+
+    /// Waits, at most `limit`, until every replica connected to the master (to each primary
+    /// of a Cluster group) acknowledged the writes this client made so far:
+    /// `(acknowledged, connected)`, or `None` when a master did not say.
+    pub async fn wait_for_replicas(&self, limit: Duration) -> Option<(u64, u64)> {
+        match &self.nodes {
+            Nodes::Master(master) => master.wait_for_replicas(limit).await,
+            Nodes::Cluster(cluster) => {
+                let shards = cluster.shards();
+                let waits = futures::future::join_all(
+                    shards
+                        .iter()
+                        .map(|shard| shard.master.wait_for_replicas(limit)),
+                )
+                .await;
+                waits
+                    .into_iter()
+                    .try_fold((0, 0), |(acked, connected), wait| {
+                        let (a, c) = wait?;
+                        Some((acked + a, connected + c))
+                    })
+            }
         }
     }
 
     /// A new pub/sub client to this group's master (it follows failovers like the main one).
+    /// A Cluster group has none yet: its waiters poll.
     pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, fred::error::Error> {
-        let mut builder = self.builder.clone();
-        // Subscribing waits for messages: no command timeout, and no fail-fast.
-        builder.with_performance_config(|p| p.default_command_timeout = Duration::ZERO);
-        builder.build_subscriber_client()
+        match &self.nodes {
+            Nodes::Master(master) => master.subscriber(),
+            Nodes::Cluster(_) => Err(fred::error::Error::new(
+                ErrorKind::Unknown,
+                "release notifications are not sent on a Cluster group; its waiters poll",
+            )),
+        }
     }
 
     /// The Sentinels watching this group, if any.
@@ -576,20 +617,37 @@ impl Group {
         self.reach.sentinel_config(host, port)
     }
 
-    /// The underlying client (shared with the Sentinel watcher, which reconnects it).
-    pub fn client(&self) -> &Client {
-        &self.client
+    /// The master's client (shared with the Sentinel watcher, which reconnects it); `None`
+    /// for a Cluster group, whose clients change with its slot map.
+    pub fn client(&self) -> Option<&Client> {
+        match &self.nodes {
+            Nodes::Master(master) => Some(master.client()),
+            Nodes::Cluster(_) => None,
+        }
     }
 
-    /// Closes the connection.
+    /// Closes the connections.
     pub async fn quit(&self) {
-        let connection = self.connection.lock().ok().and_then(|mut slot| slot.take());
-        shut(&self.client, connection, self.lane.call_timeout()).await;
+        match &self.nodes {
+            Nodes::Master(master) => master.quit().await,
+            Nodes::Cluster(cluster) => cluster.quit().await,
+        }
     }
 }
 
-impl Drop for Group {
-    fn drop(&mut self) {
-        self.script_loader.abort();
+const NO_PRIMARY: &str = "no primary of the Cluster group is known yet";
+
+/// The master a health view reads: the group's own, or a Cluster primary held alive.
+enum FirstMaster<'g> {
+    Own(&'g Master),
+    Shard(Arc<cluster::Shard>),
+}
+
+impl FirstMaster<'_> {
+    fn get(&self) -> &Master {
+        match self {
+            FirstMaster::Own(master) => master,
+            FirstMaster::Shard(shard) => &shard.master,
+        }
     }
 }

@@ -93,9 +93,62 @@ pub(crate) static ADMISSION_STATE: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// A script about a whole group (its admission or policy), run once on a master, or, in a
+/// Cluster group, once per slot: by one call per primary of its `each_slot` form
+/// (`lua/each_slot.lua` around the script as a function).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupScript {
+    Admit,
+    Adopt,
+    Policy,
+    AdmissionState,
+}
+
+/// `lua/each_slot.lua` around the script made of `parts`, as the function `RUN`.
+macro_rules! each_slot {
+    ($($part:literal),+) => {
+        LazyLock::new(|| {
+            Script::from_lua(concat!(
+                "local function RUN(KEYS, ARGV)\n",
+                $(include_str!($part),)+
+                "end\n",
+                include_str!("../../lua/each_slot.lua")
+            ))
+        })
+    };
+}
+
+static ADMIT_EACH_SLOT: LazyLock<Script> = each_slot!("../../lua/info.lua", "../../lua/admit.lua");
+static ADOPT_EACH_SLOT: LazyLock<Script> = each_slot!("../../lua/info.lua", "../../lua/adopt.lua");
+static POLICY_EACH_SLOT: LazyLock<Script> = each_slot!("../../lua/policy.lua");
+static ADMISSION_STATE_EACH_SLOT: LazyLock<Script> =
+    each_slot!("../../lua/info.lua", "../../lua/admission_state.lua");
+
+impl GroupScript {
+    /// The script as one master runs it.
+    pub fn single(self) -> &'static Script {
+        match self {
+            GroupScript::Admit => &ADMIT,
+            GroupScript::Adopt => &ADOPT,
+            GroupScript::Policy => &POLICY,
+            GroupScript::AdmissionState => &ADMISSION_STATE,
+        }
+    }
+
+    /// The script run for each of a Cluster primary's slots in one call.
+    pub fn each_slot(self) -> &'static Script {
+        match self {
+            GroupScript::Admit => &ADMIT_EACH_SLOT,
+            GroupScript::Adopt => &ADOPT_EACH_SLOT,
+            GroupScript::Policy => &POLICY_EACH_SLOT,
+            GroupScript::AdmissionState => &ADMISSION_STATE_EACH_SLOT,
+        }
+    }
+}
+
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 10] {
+pub(crate) fn all() -> [&'static Script; 15] {
     [
         &ACQUIRE,
         &PERMIT,
@@ -107,6 +160,11 @@ pub(crate) fn all() -> [&'static Script; 10] {
         &ADMISSION_STATE,
         &ADOPT,
         &POLICY,
+        &ADMIT,
+        &ADMIT_EACH_SLOT,
+        &ADOPT_EACH_SLOT,
+        &POLICY_EACH_SLOT,
+        &ADMISSION_STATE_EACH_SLOT,
     ]
 }
 

@@ -55,13 +55,13 @@ impl SentinelWatch {
         let mut services: Services = HashMap::new();
         let mut sentinels: BTreeMap<(String, u16), Config> = BTreeMap::new();
         for group in groups {
-            let Some(watched) = group.sentinels() else {
+            let (Some(watched), Some(client)) = (group.sentinels(), group.client()) else {
                 continue;
             };
             services
                 .entry(watched.service.clone())
                 .or_default()
-                .push((group.name.clone(), group.client().clone()));
+                .push((group.name.clone(), client.clone()));
             for (host, port) in &watched.addresses {
                 if let Some(config) = group.sentinel_config(host, *port) {
                     sentinels.insert((host.clone(), *port), config);

@@ -203,22 +203,6 @@ fn command_name(args: &[&str]) -> String {
     }
 }
 
-/// The TOML of a cluster lab's `quorumlock.toml`.
-#[derive(Serialize)]
-struct ClusterTopologyFile {
-    max_ttl_ms: u64,
-    groups: Vec<ClusterGroupEntry>,
-}
-
-#[derive(Serialize)]
-struct ClusterGroupEntry {
-    name: String,
-    /// `host:port` of every node of the group's cluster; any one of them is a seed.
-    cluster: Vec<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    password: Option<String>,
-}
-
 impl Lab {
     fn cluster_shape(&self) -> Result<ClusterShape, LabError> {
         self.state.spec.cluster.ok_or(LabError::NotCluster)
@@ -615,30 +599,37 @@ impl Lab {
             .collect())
     }
 
-    /// `quorumlock.toml` of a cluster lab: each group named with its seed nodes.
-    pub(super) fn cluster_topology_toml(&self) -> String {
-        let spec = &self.state.spec;
-        let groups = (0..spec.groups)
-            .map(|group| ClusterGroupEntry {
-                name: group_name(group),
-                cluster: self
-                    .cluster_seeds(group)
-                    .unwrap_or_default()
-                    .iter()
-                    .map(|(host, port)| format!("{host}:{port}"))
-                    .collect(),
-                password: spec.password.clone(),
-            })
-            .collect();
-        let file = ClusterTopologyFile {
-            max_ttl_ms: spec.max_ttl_ms,
-            groups,
+    /// The masters were just created empty, so no grant can have been missed: every slot of
+    /// every group votes at once under the lab's lock policy, admitted through the engine,
+    /// which writes a slot's marker and policy on the primary that owns it.
+    pub(super) async fn admit_cluster(&self) -> Result<(), LabError> {
+        let failed = |reason: String| LabError::Admit {
+            node: "the cluster lab".to_string(),
+            reason,
         };
-        // Serialising plain structs of strings and numbers cannot fail.
-        let body = toml::to_string_pretty(&file).unwrap_or_default();
-        format!(
-            "# Written by quorumlock lab: every group is a Redis Cluster, given by its nodes.\n{body}"
-        )
+        let locks = crate::Locks::connect(self.topology())
+            .await
+            .map_err(|error| failed(error.to_string()))?;
+        let admitted = locks
+            .admit(&crate::AdmitOptions {
+                groups: Vec::new(),
+                policy: self.state.spec.policy(),
+                delay: std::time::Duration::ZERO,
+                force: false,
+            })
+            .await;
+        locks.close().await;
+        let admissions = admitted.map_err(|error| failed(error.to_string()))?;
+        match admissions.into_iter().find_map(|admission| {
+            let error = admission.error?;
+            Some(LabError::Admit {
+                node: admission.group,
+                reason: error,
+            })
+        }) {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
     }
 
     /// Moves `slots` of a cluster lab's group from one shard's primary to another's (shards

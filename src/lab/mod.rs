@@ -46,8 +46,8 @@
 //! group, shard by shard, primary then replicas, then their bus ports in the same order.
 //! [`Lab::kill_primary`], [`Lab::freeze_primary`] and [`Lab::restart_shard`] address one
 //! shard's current primary, [`Lab::migrate_slots`] moves slots between shards of a group,
-//! and [`Lab::cluster_seeds`] gives each group's seed nodes. Cluster labs are not admitted
-//! under a lock policy: the admission script spans two slots.
+//! and [`Lab::cluster_seeds`] gives each group's seed nodes. Every slot of a cluster lab is
+//! admitted under the lab's lock policy, through the engine.
 
 mod certificates;
 mod cluster;
@@ -652,7 +652,8 @@ impl Lab {
             let all: Vec<usize> = (0..lab.state.nodes.len()).collect();
             lab.wait_until(&all, Readiness::Answers, deadline).await?;
             lab.form_clusters(deadline).await?;
-            write_file(&lab.config_path(), &lab.cluster_topology_toml())?;
+            lab.admit_cluster().await?;
+            write_file(&lab.config_path(), &lab.topology().to_toml())?;
             return Ok(lab);
         }
         let (masters, others): (Vec<_>, Vec<_>) = slots
@@ -770,19 +771,22 @@ impl Lab {
         remove_if_present(&self.state_path())
     }
 
-    /// The topology clients should use: Sentinel groups, or direct groups without Sentinels.
-    /// Both lead to the public ports, through the relays of a lab with links.
-    ///
-    /// A cluster lab's groups carry only their name and password, which validation refuses:
-    /// the topology type has no cluster groups yet. Its `quorumlock.toml` names each group's
-    /// seed nodes (`cluster = [...]`), as does [`Lab::cluster_seeds`].
+    /// The topology clients should use: Sentinel groups, direct groups without Sentinels, or
+    /// Cluster groups named by every node (any one is a seed). The first two lead to the
+    /// public ports, through the relays of a lab with links.
     pub fn topology(&self) -> Topology {
         if self.state.spec.cluster.is_some() {
             let groups = (0..self.state.spec.groups)
                 .map(|group| GroupConfig {
-                    name: group_name(group),
                     password: self.state.spec.password.clone(),
-                    ..GroupConfig::default()
+                    ..GroupConfig::cluster(
+                        &group_name(group),
+                        self.cluster_seeds(group)
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|(host, port)| format!("{host}:{port}"))
+                            .collect(),
+                    )
                 })
                 .collect();
             return Topology {

@@ -1,0 +1,662 @@
+//! A group that is a Redis Cluster: its slot map, and one client and lane per primary.
+//!
+//! fred's own cluster client is not used: it retries an `ASK` until its router gives up, and
+//! one dead primary stalls every slot until the cluster fails it over. Here each primary is a
+//! plain [`Master`], and a call goes to the primary that owns its resource's slot, with every
+//! key moved into that slot (see [`HashSlot::key`]). A `MOVED`, `ASK`, `TRYAGAIN` or
+//! `CLUSTERDOWN` answer means the script did not run: the call is "not sent", never counted,
+//! and the map is read again at once. The map is also read every [`REFRESH_INTERVAL`], and
+//! after any call that timed out or failed, so a failover is seen without waiting for a call
+//! to be refused.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use fred::types::{FromValue, Key};
+use tokio::sync::Notify;
+use tokio_util::task::AbortOnDropHandle;
+
+use crate::config::Topology;
+use crate::group::batch::{Answer, Batching, Call};
+use crate::group::diagnose::Diagnosis;
+use crate::group::master::Master;
+use crate::group::reply::Reply;
+use crate::group::scripts::GroupScript;
+use crate::group::security::{Credentials, Transport};
+use crate::group::slots::{HashSlot, SLOTS};
+
+/// How often the slot map is read while nothing asks for it sooner.
+const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Most slots one `each_slot.lua` call runs: a script holds its primary until it ends. An
+/// admission runs about 70 µs per slot (its `INFO` alone 20), so a call holds the primary
+/// for about 5 ms.
+const SLOTS_PER_CALL: usize = 64;
+/// Shortest time between two reads of the map, however many calls ask for one.
+const REFRESH_SPACING: Duration = Duration::from_millis(50);
+
+pub(crate) const NOT_ONE_SLOT: &str =
+    "a set of several resources spans hash slots, and a Cluster group runs a script on one slot";
+const NO_OWNER: &str = "no primary of the Cluster group owns the resource's slot now";
+const REDIRECTED: &str = "the slot moved to another primary (MOVED, ASK, TRYAGAIN or CLUSTERDOWN); the slot map is read again";
+
+/// One primary of the cluster.
+pub(crate) struct Shard {
+    /// `host:port`, as the cluster announces it.
+    pub address: String,
+    pub master: Master,
+}
+
+/// Which primary owns each slot.
+#[derive(Default)]
+struct SlotMap {
+    shards: Vec<Arc<Shard>>,
+    /// Per slot, the index of its primary in `shards`.
+    owners: Vec<Option<usize>>,
+}
+
+/// What the map-reading task needs to build clients for the primaries it finds.
+struct Builders {
+    name: String,
+    seeds: Vec<(String, u16)>,
+    credentials: Credentials,
+    transport: Transport,
+    topology: Topology,
+    diagnosis: Arc<Diagnosis>,
+}
+
+/// The primaries of one Cluster group.
+pub(crate) struct Cluster {
+    builders: Arc<Builders>,
+    map: Arc<RwLock<Arc<SlotMap>>>,
+    /// Asks the map-reading task for a read now.
+    stale: Arc<Notify>,
+    refresher: Mutex<Option<AbortOnDropHandle<()>>>,
+}
+
+impl Cluster {
+    pub fn new(
+        name: &str,
+        seeds: Vec<(String, u16)>,
+        credentials: Credentials,
+        transport: &Transport,
+        topology: &Topology,
+        diagnosis: Arc<Diagnosis>,
+    ) -> Self {
+        Cluster {
+            builders: Arc::new(Builders {
+                name: name.to_string(),
+                seeds,
+                credentials,
+                transport: transport.clone(),
+                topology: topology.clone(),
+                diagnosis,
+            }),
+            map: Arc::default(),
+            stale: Arc::new(Notify::new()),
+            refresher: Mutex::new(None),
+        }
+    }
+
+    /// Reads the slot map once (bounded), connects its primaries, and starts the task that
+    /// keeps it current. Whether a map was read.
+    pub async fn start(&self) -> bool {
+        let read = refresh(&self.builders, &self.map).await;
+        let task = tokio::spawn(keep_current(
+            self.builders.clone(),
+            self.map.clone(),
+            self.stale.clone(),
+        ));
+        if let Ok(mut refresher) = self.refresher.lock() {
+            *refresher = Some(AbortOnDropHandle::new(task));
+        }
+        read
+    }
+
+    fn current(&self) -> Arc<SlotMap> {
+        self.map
+            .read()
+            .map(|map| map.clone())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+    }
+
+    /// The primary that owns `slot` now.
+    fn owner(&self, slot: HashSlot) -> Option<Arc<Shard>> {
+        let map = self.current();
+        let index = (*map.owners.get(usize::from(slot.index()))?)?;
+        map.shards.get(index).cloned()
+    }
+
+    /// The primaries known now.
+    pub fn shards(&self) -> Vec<Arc<Shard>> {
+        self.current().shards.clone()
+    }
+
+    /// One slot of each primary, for views that read each primary once.
+    fn one_slot_per_shard(&self) -> Vec<HashSlot> {
+        let map = self.current();
+        (0..map.shards.len())
+            .filter_map(|shard| {
+                let first = map.owners.iter().position(|owner| *owner == Some(shard))?;
+                HashSlot::new(u16::try_from(first).ok()?)
+            })
+            .collect()
+    }
+
+    /// Reads the map again soon, after an answer that says it changed or a primary that did
+    /// not answer.
+    fn reread(&self) {
+        self.stale.notify_one();
+    }
+
+    /// Runs a lock call on the primary of its slot, with its keys moved into that slot.
+    pub async fn call(&self, call: Call) -> Reply<Answer> {
+        let Some(slot) = call.hash_slot else {
+            return Reply::NotSent(NOT_ONE_SLOT);
+        };
+        let Some(shard) = self.owner(slot) else {
+            self.reread();
+            return Reply::NotSent(NO_OWNER);
+        };
+        let call = Call {
+            keys: move_keys(slot, &call.keys).into(),
+            ..call
+        };
+        let reply = shard.master.call(call).await;
+        self.redirected(reply)
+    }
+
+    /// Runs `script` on the primary of `slot`, with its keys moved into that slot.
+    pub async fn eval<R: FromValue>(
+        &self,
+        slot: HashSlot,
+        script: &Script,
+        keys: &[Key],
+        args: Vec<Value>,
+    ) -> Reply<R> {
+        let Some(shard) = self.owner(slot) else {
+            self.reread();
+            return Reply::NotSent(NO_OWNER);
+        };
+        let reply = shard.master.eval(script, move_keys(slot, keys), args).await;
+        self.redirected(reply)
+    }
+
+    /// Runs a group-wide script in every slot (one call per primary, over the slots the map
+    /// gives it) or in one slot of each primary, with the keys moved into each slot. One
+    /// reply per slot run.
+    pub async fn eval_group<R: FromValue>(
+        &self,
+        every: Every,
+        script: GroupScript,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Vec<Reply<R>> {
+        match every {
+            Every::Shard => {
+                let slots = self.one_slot_per_shard();
+                let runs = slots
+                    .into_iter()
+                    .map(|slot| self.eval(slot, script.single(), keys, args.to_vec()));
+                futures::future::join_all(runs).await
+            }
+            Every::Slot => self.eval_each_slot(script, keys, args).await,
+        }
+    }
+
+    async fn eval_each_slot<R: FromValue>(
+        &self,
+        script: GroupScript,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Vec<Reply<R>> {
+        let map = self.current();
+        let unowned = map.owners.iter().filter(|owner| owner.is_none()).count();
+        let mut head: Vec<Value> = Vec::with_capacity(keys.len() + args.len() + 2);
+        head.push(Value::from(keys.len() as i64));
+        head.extend(
+            keys.iter()
+                .map(|key| Value::from(key.as_str_lossy().to_string())),
+        );
+        head.push(Value::from(args.len() as i64));
+        head.extend(args.iter().cloned());
+        let head = &head;
+        // Each primary runs its slots a chunk at a time, one chunk after the other, so no
+        // script call holds it for long; the primaries run at once.
+        let per_shard = map.shards.iter().enumerate().map(|(index, shard)| {
+            let tags: Vec<&'static str> = map
+                .owners
+                .iter()
+                .enumerate()
+                .filter(|(_, owner)| **owner == Some(index))
+                .filter_map(|(slot, _)| Some(HashSlot::new(u16::try_from(slot).ok()?)?.tag()))
+                .collect();
+            async move {
+                let mut replies: Vec<Reply<R>> = Vec::with_capacity(tags.len());
+                for chunk in tags.chunks(SLOTS_PER_CALL) {
+                    let mut argv = head.clone();
+                    argv.extend(chunk.iter().map(|tag| Value::from(*tag)));
+                    let reply = shard
+                        .master
+                        .eval::<Value>(script.each_slot(), Vec::new(), argv)
+                        .await;
+                    replies.extend(per_slot(self.redirected(reply), chunk.len()));
+                }
+                replies
+            }
+        });
+        let mut replies: Vec<Reply<R>> = futures::future::join_all(per_shard)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        if unowned > 0 {
+            self.reread();
+            replies.extend((0..unowned).map(|_| Reply::NotSent(NO_OWNER)));
+        }
+        replies
+    }
+
+    /// The string at `key` moved into `slot`.
+    pub async fn get(&self, slot: HashSlot, key: &str) -> Reply<Option<String>> {
+        let Some(shard) = self.owner(slot) else {
+            self.reread();
+            return Reply::NotSent(NO_OWNER);
+        };
+        let moved = String::from_utf8_lossy(&slot.key(key.as_bytes())).into_owned();
+        let reply = shard.master.get(&moved).await;
+        self.redirected(reply)
+    }
+
+    /// Keys matching `pattern` once their slot tag is taken off, on every primary.
+    pub async fn scan_keys(&self, pattern: &str, limit: usize) -> Reply<Vec<String>> {
+        let tagged = format!("{{*}}{pattern}");
+        let mut keys = Vec::new();
+        for shard in self.shards() {
+            match shard.master.scan_keys(&tagged, limit).await {
+                Reply::Answer(found) => keys.extend(found.into_iter().map(|key| untag(&key))),
+                other => return self.redirected(other),
+            }
+        }
+        keys.truncate(limit);
+        Reply::Answer(keys)
+    }
+
+    /// Whether every primary of the map is connected (false with no map).
+    pub fn connected(&self) -> bool {
+        let shards = self.shards();
+        !shards.is_empty()
+            && shards
+                .iter()
+                .all(|shard| shard.master.client().is_connected())
+    }
+
+    /// Closes every client and stops reading the map.
+    pub async fn quit(&self) {
+        if let Ok(mut refresher) = self.refresher.lock()
+            && let Some(task) = refresher.take()
+        {
+            task.abort();
+        }
+        let shards = self.shards();
+        futures::future::join_all(shards.iter().map(|shard| shard.master.quit())).await;
+    }
+
+    /// Passes `reply` on, as "not sent" when the cluster redirected it; asks for the map
+    /// again after any failure.
+    fn redirected<T>(&self, reply: Reply<T>) -> Reply<T> {
+        match reply {
+            Reply::Failed(message) if redirection(&message) => {
+                self.reread();
+                Reply::NotSent(REDIRECTED)
+            }
+            reply @ (Reply::Failed(_) | Reply::Timeout) => {
+                self.reread();
+                reply
+            }
+            reply => reply,
+        }
+    }
+}
+
+/// Which slots a group-wide script runs on in a Cluster group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Every {
+    /// All 16,384: what is written per slot (admission, policy).
+    Slot,
+    /// One per primary: what is read per primary (health).
+    Shard,
+}
+
+/// The replies of the `count` slot runs of one `each_slot.lua` call.
+fn per_slot<R: FromValue>(reply: Reply<Value>, count: usize) -> Vec<Reply<R>> {
+    match reply {
+        Reply::Answer(Value::Array(answers)) if answers.len() == count => answers
+            .into_iter()
+            .map(|answer| match answer {
+                // each_slot.lua answers a run that raised an error with its text.
+                Value::String(message) => Reply::Failed(message.to_string()),
+                Value::Bytes(message) => {
+                    Reply::Failed(String::from_utf8_lossy(&message).into_owned())
+                }
+                value => match R::from_value(value) {
+                    Ok(answer) => Reply::Answer(answer),
+                    Err(error) => Reply::Failed(error.to_string()),
+                },
+            })
+            .collect(),
+        Reply::Answer(other) => {
+            let message = format!("unexpected reply for {count} slots: {other:?}");
+            (0..count).map(|_| Reply::Failed(message.clone())).collect()
+        }
+        Reply::Timeout => (0..count).map(|_| Reply::Timeout).collect(),
+        Reply::Failed(message) => (0..count).map(|_| Reply::Failed(message.clone())).collect(),
+        Reply::NotSent(reason) => (0..count).map(|_| Reply::NotSent(reason)).collect(),
+    }
+}
+
+/// Whether a failure is the cluster refusing to run the call where it was sent.
+fn redirection(message: &str) -> bool {
+    ["MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"]
+        .iter()
+        .any(|word| message.contains(word))
+}
+
+fn move_keys(slot: HashSlot, keys: &[Key]) -> Vec<Key> {
+    keys.iter()
+        .map(|key| Key::from(slot.key(key.as_bytes()).as_slice()))
+        .collect()
+}
+
+/// `key` without its leading `{T}` slot tag.
+fn untag(key: &str) -> String {
+    match key.strip_prefix('{').and_then(|rest| rest.split_once('}')) {
+        Some((_, rest)) => rest.to_string(),
+        None => key.to_string(),
+    }
+}
+
+/// Reads the map whenever asked, and every [`REFRESH_INTERVAL`] anyway.
+async fn keep_current(builders: Arc<Builders>, map: Arc<RwLock<Arc<SlotMap>>>, stale: Arc<Notify>) {
+    loop {
+        let _ = tokio::time::timeout(REFRESH_INTERVAL, stale.notified()).await;
+        refresh(&builders, &map).await;
+        tokio::time::sleep(REFRESH_SPACING).await;
+    }
+}
+
+/// One primary's slots, as a node of the cluster says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SlotRange {
+    first: u16,
+    last: u16,
+    primary: String,
+}
+
+/// What one node answered: whether it sees the cluster as up, its epoch, and its map.
+struct View {
+    healthy: bool,
+    epoch: u64,
+    ranges: Vec<SlotRange>,
+}
+
+/// Reads the map from every known primary and seed, keeps the view of a healthy node with
+/// the highest epoch, and connects new primaries. Whether a map was read.
+async fn refresh(builders: &Builders, map: &RwLock<Arc<SlotMap>>) -> bool {
+    let current = map.read().map(|map| map.clone()).unwrap_or_default();
+    let mut asked: Vec<(String, u16)> = current
+        .shards
+        .iter()
+        .filter_map(|shard| split_address(&shard.address))
+        .collect();
+    for seed in &builders.seeds {
+        if !asked.contains(seed) {
+            asked.push(seed.clone());
+        }
+    }
+    let views = futures::future::join_all(
+        asked
+            .iter()
+            .map(|(host, port)| read_view(builders, host, *port)),
+    )
+    .await;
+    let Some(view) = views
+        .into_iter()
+        .flatten()
+        .filter(|view| !view.ranges.is_empty())
+        .max_by_key(|view| (view.healthy, view.epoch))
+    else {
+        tracing::debug!(group = %builders.name, "no node of the Cluster group answered with a slot map");
+        return false;
+    };
+    let mut by_address: HashMap<String, Arc<Shard>> = current
+        .shards
+        .iter()
+        .map(|shard| (shard.address.clone(), shard.clone()))
+        .collect();
+    let mut shards: Vec<Arc<Shard>> = Vec::new();
+    let mut owners = vec![None; usize::from(SLOTS)];
+    for range in &view.ranges {
+        let index = match shards
+            .iter()
+            .position(|shard| shard.address == range.primary)
+        {
+            Some(index) => index,
+            None => {
+                let shard = match by_address.remove(&range.primary) {
+                    Some(shard) => shard,
+                    None => match connect_shard(builders, &range.primary).await {
+                        Some(shard) => shard,
+                        None => continue,
+                    },
+                };
+                shards.push(shard);
+                shards.len() - 1
+            }
+        };
+        for slot in range.first..=range.last.min(SLOTS - 1) {
+            owners[usize::from(slot)] = Some(index);
+        }
+    }
+    let changed = shards.len() != current.shards.len()
+        || owners != current.owners
+        || shards
+            .iter()
+            .zip(&current.shards)
+            .any(|(new, old)| new.address != old.address);
+    if changed {
+        tracing::info!(
+            group = %builders.name,
+            primaries = ?shards.iter().map(|shard| shard.address.as_str()).collect::<Vec<_>>(),
+            "the Cluster group's slot map changed"
+        );
+        if let Ok(mut slot) = map.write() {
+            *slot = Arc::new(SlotMap { shards, owners });
+        }
+        // Primaries no longer in the map: closed once no call holds them.
+        for (_, gone) in by_address {
+            tokio::spawn(async move { gone.master.quit().await });
+        }
+    }
+    true
+}
+
+/// A client for the primary at `address`, connected (bounded) with the scripts loaded.
+async fn connect_shard(builders: &Builders, address: &str) -> Option<Arc<Shard>> {
+    let (host, port) = split_address(address)?;
+    let master = Master::build(
+        ServerConfig::new_centralized(host, port),
+        &builders.credentials,
+        &builders.transport,
+        &builders.topology,
+        builders.diagnosis.clone(),
+        Batching::PerSlot,
+    )
+    .map_err(|error| {
+        tracing::warn!(group = %builders.name, address, %error, "cannot build a client for a Cluster primary");
+    })
+    .ok()?;
+    match master.start().await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(group = %builders.name, address, %error, "a Cluster primary refused the connection; it reconnects in the background")
+        }
+        Err(_) => {
+            tracing::warn!(group = %builders.name, address, "a Cluster primary did not answer in time; it reconnects in the background")
+        }
+    }
+    Some(Arc::new(Shard {
+        address: address.to_string(),
+        master,
+    }))
+}
+
+/// `CLUSTER INFO` and `CLUSTER SLOTS` of one node, within the call timeout.
+async fn read_view(builders: &Builders, host: &str, port: u16) -> Option<View> {
+    let config = builders.transport.config(
+        ServerConfig::new_centralized(host, port),
+        &builders.credentials,
+    );
+    let client = Builder::from_config(config)
+        .with_connection_config(|connection| {
+            connection.connection_timeout = builders.topology.call_timeout();
+            connection.max_command_attempts = 1;
+        })
+        .build()
+        .ok()?;
+    let limit = builders.topology.call_timeout() * 2;
+    let read = async {
+        let connection = client.init().await.ok()?;
+        let info = client
+            .custom::<String, _>(fred::cmd!("CLUSTER", blocking: false), vec!["INFO"])
+            .await
+            .ok()?;
+        let slots = client
+            .custom::<Value, _>(fred::cmd!("CLUSTER", blocking: false), vec!["SLOTS"])
+            .await
+            .ok()?;
+        let _ = client.quit().await;
+        connection.abort();
+        Some((info, slots))
+    };
+    let answer = tokio::time::timeout(limit, read).await.ok().flatten();
+    if answer.is_none() {
+        let _ = tokio::time::timeout(limit, client.quit()).await;
+    }
+    let (info, slots) = answer?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
+            .map(str::to_string)
+    };
+    Some(View {
+        healthy: field("cluster_state").as_deref() == Some("ok"),
+        epoch: field("cluster_current_epoch")
+            .and_then(|epoch| epoch.parse().ok())
+            .unwrap_or(0),
+        ranges: parse_slots(&slots, host),
+    })
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, ...], replicas...], ...]`.
+/// A primary announced without a host is at `asked_host`, the node that answered.
+fn parse_slots(reply: &Value, asked_host: &str) -> Vec<SlotRange> {
+    let Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let number = |value: &Value| value.as_u64().and_then(|n| u16::try_from(n).ok());
+            let first = number(fields.first()?)?;
+            let last = number(fields.get(1)?)?;
+            let Value::Array(primary) = fields.get(2)? else {
+                return None;
+            };
+            let host = primary.first()?.as_string()?;
+            let host = if host.is_empty() || host == "?" {
+                asked_host.to_string()
+            } else {
+                host
+            };
+            let port = number(primary.get(1)?)?;
+            Some(SlotRange {
+                first,
+                last,
+                primary: format!("{host}:{port}"),
+            })
+        })
+        .collect()
+}
+
+fn split_address(address: &str) -> Option<(String, u16)> {
+    let (host, port) = address.rsplit_once(':')?;
+    Some((host.to_string(), port.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_slots_reply_becomes_ranges_with_their_primary() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::from(host),
+                Value::Integer(port),
+                Value::from("id"),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![
+                Value::Integer(0),
+                Value::Integer(5460),
+                node("127.0.0.1", 7000),
+                node("127.0.0.1", 7003),
+            ]),
+            Value::Array(vec![
+                Value::Integer(5461),
+                Value::Integer(16383),
+                node("", 7001),
+            ]),
+        ]);
+        assert_eq!(
+            parse_slots(&reply, "10.0.0.9"),
+            vec![
+                SlotRange {
+                    first: 0,
+                    last: 5460,
+                    primary: "127.0.0.1:7000".into()
+                },
+                SlotRange {
+                    first: 5461,
+                    last: 16383,
+                    primary: "10.0.0.9:7001".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn redirections_are_told_apart_from_other_failures() {
+        assert!(redirection("MOVED 3999 127.0.0.1:6381"));
+        assert!(redirection("ASK 3999 127.0.0.1:6381"));
+        assert!(redirection(
+            "TRYAGAIN Multiple keys request during rehashing of slot"
+        ));
+        assert!(redirection("CLUSTERDOWN The cluster is down"));
+        assert!(!redirection("NOSCRIPT No matching script"));
+        assert!(!redirection("Connection refused"));
+    }
+
+    #[test]
+    fn a_scanned_key_loses_its_slot_tag() {
+        assert_eq!(untag("{a1}ql:{x}:lock"), "ql:{x}:lock");
+        assert_eq!(untag("ql:{x}:lock"), "ql:{x}:lock");
+    }
+}
