@@ -6,131 +6,15 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use common::resp::{Reply, call, cluster_info, cluster_nodes, integer, key_slot};
 use common::{eventually, poll_until, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
-const CALL_WITHIN: Duration = Duration::from_millis(500);
-/// Detection (the 500 ms node timeout), the vote and the replica's election delay, with room
-/// for two busy cores.
 const FAILOVER_WITHIN: Duration = Duration::from_secs(20);
 const EXIT_WITHIN: Duration = Duration::from_secs(5);
-
-/// A reply as the test needs it: simple and bulk strings as text, errors with their `-`.
-#[derive(Debug, Clone, PartialEq)]
-enum Reply {
-    Text(String),
-    Error(String),
-    Integer(i64),
-    Nil,
-}
-
-/// Sends one command and reads one non-array reply, or `None` if the node does not answer.
-async fn call(port: u16, args: &[&str]) -> Option<Reply> {
-    let attempt = async {
-        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut buffer = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            if let Some(reply) = parse(&buffer) {
-                return Some(reply);
-            }
-            let read = stream.read(&mut chunk).await.ok()?;
-            if read == 0 {
-                return None;
-            }
-            buffer.extend_from_slice(&chunk[..read]);
-        }
-    };
-    tokio::time::timeout(CALL_WITHIN, attempt)
-        .await
-        .ok()
-        .flatten()
-}
-
-fn parse(buffer: &[u8]) -> Option<Reply> {
-    let end = buffer.windows(2).position(|pair| pair == b"\r\n")?;
-    let line = String::from_utf8_lossy(&buffer[1..end]).into_owned();
-    match buffer.first()? {
-        b'+' => Some(Reply::Text(line)),
-        b'-' => Some(Reply::Error(line)),
-        b':' => line.parse().ok().map(Reply::Integer),
-        b'$' => {
-            let Ok(length) = usize::try_from(line.parse::<i64>().ok()?) else {
-                return Some(Reply::Nil);
-            };
-            let body = buffer.get(end + 2..end + 2 + length)?;
-            Some(Reply::Text(String::from_utf8_lossy(body).into_owned()))
-        }
-        other => panic!("unexpected reply type {other:#04x}"),
-    }
-}
-
-async fn text(port: u16, args: &[&str]) -> Option<String> {
-    match call(port, args).await? {
-        Reply::Text(text) => Some(text),
-        _ => None,
-    }
-}
-
-async fn integer(port: u16, args: &[&str]) -> Option<i64> {
-    match call(port, args).await? {
-        Reply::Integer(value) => Some(value),
-        _ => None,
-    }
-}
-
-async fn cluster_info(port: u16) -> BTreeMap<String, String> {
-    text(port, &["CLUSTER", "INFO"])
-        .await
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| line.trim().split_once(':'))
-        .map(|(key, value)| (key.to_string(), value.to_string()))
-        .collect()
-}
-
-/// One line of `CLUSTER NODES`, keyed by port: (flags, slot ranges).
-async fn cluster_nodes(port: u16) -> BTreeMap<u16, (String, String)> {
-    text(port, &["CLUSTER", "NODES"])
-        .await
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let port = fields.get(1)?.split('@').next()?.rsplit_once(':')?.1;
-            let flags = fields.get(2)?.replace("myself,", "");
-            let slots = fields.get(8..).unwrap_or_default().join(" ");
-            Some((port.parse().ok()?, (flags, slots)))
-        })
-        .collect()
-}
-
-/// The hash slot of a key without a hash tag: CRC16 (XMODEM) modulo 16,384.
-fn key_slot(key: &str) -> u16 {
-    let mut crc: u16 = 0;
-    for byte in key.bytes() {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16_384
-}
 
 /// A process is gone once /proc has no entry for it, or it is a zombie waiting to be reaped.
 fn gone(pid: u32) -> bool {

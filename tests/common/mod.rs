@@ -18,6 +18,8 @@ use quorumlock::lab::{Lab, LabSpec};
 use quorumlock::{Locks, Topology};
 use tempfile::TempDir;
 
+pub mod resp;
+
 /// A running lab, its temporary directory, and a connected client.
 pub struct Fixture {
     pub lab: Lab,
