@@ -1,5 +1,6 @@
 //! `quorumlock demo`: the five-minute tour. Starts a lab, lets workers contend for a few
 //! resources, kills one master halfway, and prints what happened and whether it was safe.
+//! With `--cluster` every group is a Redis Cluster, and the master killed is one primary.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +16,7 @@ use crate::Locks;
 use crate::Vote;
 use crate::chaos::checker::{Checker, Hold};
 use crate::engine::clock::millis;
-use crate::lab::{Lab, LabSpec};
+use crate::lab::{ClusterShape, Lab, LabSpec};
 use tokio::sync::broadcast;
 
 /// Group whose master the demo kills (0-based: g2).
@@ -34,7 +35,15 @@ pub struct DemoArgs {
     /// Number of resources they contend for.
     #[arg(long, default_value_t = 3)]
     resources: usize,
+    /// Make every group a Redis Cluster of three shards (primary + replica each), instead
+    /// of a master and replica watched by Sentinel.
+    #[arg(long)]
+    cluster: bool,
 }
+
+/// Shards per group with `--cluster`: a cluster fails over only while most of its
+/// primaries are alive, so it takes three.
+const CLUSTER_SHARDS: usize = 3;
 
 #[derive(Default)]
 struct Counters {
@@ -52,13 +61,27 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
         anyhow::bail!("--workers, --resources and --duration must be above 0");
     }
     let dir = tempfile::tempdir()?;
-    println!("starting a lab: 5 groups (master + replica), 3 Sentinels, on 127.0.0.1 ...");
     // A short lock policy keeps the promoted replica's quarantine visible within the run.
-    let lab = Lab::start(LabSpec {
+    let spec = LabSpec {
         max_ttl_ms: millis(QUARANTINE),
         ..LabSpec::new(dir.path())
-    })
-    .await?;
+    };
+    let spec = if args.cluster {
+        println!(
+            "starting a lab: 5 groups, each a Redis Cluster of {CLUSTER_SHARDS} shards (primary + replica), on 127.0.0.1 ..."
+        );
+        LabSpec {
+            sentinels: 0,
+            cluster: Some(ClusterShape {
+                shards: CLUSTER_SHARDS,
+            }),
+            ..spec
+        }
+    } else {
+        println!("starting a lab: 5 groups (master + replica), 3 Sentinels, on 127.0.0.1 ...");
+        spec
+    };
+    let lab = Lab::start(spec).await?;
     let outcome = tokio::select! {
         outcome = contend(args, lab) => outcome,
         _ = tokio::signal::ctrl_c() => {
@@ -78,12 +101,14 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
     let start = Instant::now();
     let duration = Duration::from_secs(args.duration);
     let deadline = start + duration;
+    let victim_name = if args.cluster {
+        format!("the primary of g{}'s first shard", VICTIM + 1)
+    } else {
+        format!("the master of g{}", VICTIM + 1)
+    };
     println!(
-        "{} workers contend for {} resources for {} s; the master of g{} dies halfway",
-        args.workers,
-        args.resources,
-        args.duration,
-        VICTIM + 1
+        "{} workers contend for {} resources for {} s; {victim_name} dies halfway",
+        args.workers, args.resources, args.duration,
     );
     let killed_at_ms = Arc::new(AtomicU64::new(u64::MAX));
     let workers: Vec<_> = (0..args.workers)
@@ -99,17 +124,71 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
         .collect();
 
     tokio::time::sleep(duration / 2).await;
-    let victim = lab.kill(VICTIM).await?;
+    let victim = if args.cluster {
+        lab.kill_primary(VICTIM, 0).await?
+    } else {
+        lab.kill(VICTIM).await?
+    };
     let kill_ms = start.elapsed().as_millis() as u64;
-    killed_at_ms.store(kill_ms, Ordering::SeqCst);
+    // In a Cluster group only the killed shard's slots sit out: other grants of the group
+    // say nothing about its return.
+    if !args.cluster {
+        killed_at_ms.store(kill_ms, Ordering::SeqCst);
+    }
     println!(
-        "t={:>5.1}s  killed the master of g{} (pid {}, port {})",
+        "t={:>5.1}s  killed {victim_name} (pid {}, port {})",
         kill_ms as f64 / 1000.0,
-        VICTIM + 1,
         victim.pid,
         victim.port
     );
-    match watch_failover(&mut failovers, deadline).await {
+    if args.cluster {
+        match watch_promotion(&lab, victim.port, deadline).await {
+            Some(promoted) => {
+                let at = start.elapsed();
+                println!(
+                    "t={:>5.1}s  the cluster promoted 127.0.0.1:{promoted} ({} ms after the kill)",
+                    at.as_secs_f64(),
+                    at.as_millis() as u64 - kill_ms,
+                );
+                println!(
+                    "           its slots sit out the vote for {} s: the new primary may have missed the last grants",
+                    QUARANTINE.as_secs()
+                );
+            }
+            None => println!("           no promotion seen before the end of the run"),
+        }
+    } else {
+        report_failover(&mut failovers, deadline, start, kill_ms).await;
+    }
+    for worker in workers {
+        worker.await?;
+    }
+    finish(locks, lab, checker, counters, kill_ms).await
+}
+
+/// How often the demo asks a Cluster group for the shard's primary after the kill.
+const PROMOTION_POLL: Duration = Duration::from_millis(100);
+
+/// Waits until the victim shard's primary is another node than `killed`: its port.
+async fn watch_promotion(lab: &Lab, killed: u16, deadline: Instant) -> Option<u16> {
+    while Instant::now() < deadline {
+        if let Ok(primary) = lab.primary_of(VICTIM, 0).await
+            && primary.port != killed
+        {
+            return Some(primary.port);
+        }
+        tokio::time::sleep(PROMOTION_POLL).await;
+    }
+    None
+}
+
+async fn report_failover(
+    failovers: &mut broadcast::Receiver<Failover>,
+    deadline: Instant,
+    start: Instant,
+    kill_ms: u64,
+) {
+    match watch_failover(failovers, deadline).await {
         Some(failover) => {
             let at = failover.announced_at - start;
             println!(
@@ -127,9 +206,15 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
         }
         None => println!("           no failover seen before the end of the run"),
     }
-    for worker in workers {
-        worker.await?;
-    }
+}
+
+async fn finish(
+    locks: Locks,
+    lab: Lab,
+    checker: Arc<Checker>,
+    counters: Arc<Counters>,
+    kill_ms: u64,
+) -> anyhow::Result<u8> {
     locks.close().await;
     let verdict = checker.verdict();
     let back = counters.victim_back_at_ms.load(Ordering::SeqCst);
