@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use common::{fixture, sentinel_lab};
 use quorumlock::chaos::checker::{Checker, Hold, Permit};
-use quorumlock::chaos::{ChaosOptions, ChaosReport, Fault, FencedStore, lab_spec, run, slot_key};
-use quorumlock::lab::LabSpec;
+use quorumlock::chaos::{
+    ChaosOptions, ChaosReport, Fault, FencedStore, Pattern, check_cluster, lab_spec, run, slot_key,
+};
+use quorumlock::lab::{ClusterShape, LabSpec};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_lock_holds_while_masters_die() {
@@ -31,6 +33,71 @@ async fn the_lock_holds_while_masters_die() {
         options.permits as usize,
         "{}",
         report.table()
+    );
+}
+
+/// Cluster groups: three groups, each a Redis Cluster of three shards with a replica each,
+/// while shards' primaries are killed, frozen and restarted, holders stall, and the slots of
+/// the run's resources move between shards (resharding) under the workers. Sets are refused
+/// on Cluster groups, so the workers take single locks and permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lock_holds_on_cluster_groups_while_primaries_die_and_slots_move() {
+    let options = ChaosOptions {
+        duration: Duration::from_secs(45),
+        patterns: vec![Pattern::Locks, Pattern::Permits],
+        faults: vec![
+            Fault::Kill,
+            Fault::Freeze,
+            Fault::Restart,
+            Fault::Pause,
+            Fault::Migrate,
+        ],
+        // One of three groups at a time: two must vote.
+        max_down: 1,
+        ..ChaosOptions::default()
+    };
+    let dir = common::temp_dir();
+    let spec = LabSpec {
+        groups: 3,
+        sentinels: 0,
+        cluster: Some(ClusterShape { shards: 3 }),
+        ..LabSpec::new(dir.path())
+    };
+    let mut lab = common::start_lab(lab_spec(spec, &options)).await;
+    let report = run(&mut lab, &options).await.expect("chaos run");
+    eprintln!("{}", report.table());
+    assert!(report.is_safe(), "{}", report.table());
+    assert_eq!(report.locks_left, 0, "{}", report.table());
+    assert!(
+        report.faults_injected.migrate >= 1,
+        "no slot moved: {}",
+        report.table()
+    );
+    // One group of three disrupted at a time, each for a failover and a quarantine.
+    assert!(
+        report.faults_injected.total() >= 5,
+        "too few faults: {}",
+        report.table()
+    );
+    // A floor that says the run did something: 18 nodes and the workers share two cores.
+    assert!(report.acquisitions >= 100, "{}", report.table());
+    lab.stop().await.expect("lab down");
+}
+
+#[test]
+fn chaos_refuses_sets_and_relay_faults_on_cluster_groups_naming_the_option() {
+    let field = |options: ChaosOptions| match check_cluster(&options) {
+        Err(quorumlock::Error::InvalidInput { field, .. }) => field,
+        other => panic!("accepted: {other:?}"),
+    };
+    assert_eq!(field(ChaosOptions::default()), "patterns");
+    assert_eq!(
+        field(ChaosOptions {
+            patterns: vec![Pattern::Locks],
+            faults: vec![Fault::Kill, Fault::Partition],
+            ..ChaosOptions::default()
+        }),
+        "faults"
     );
 }
 

@@ -10,6 +10,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
+use crate::group::slots::HashSlot;
 use crate::lab::relay::LinkClass;
 use crate::lab::{Lab, LabError};
 
@@ -36,6 +37,9 @@ pub enum Fault {
     /// Drift within `drift_factor` must not cause an overlap; a jump beyond it may, and the
     /// report labels such overlaps "assumption broken".
     Clock,
+    /// Cluster labs: the hash slot of one of the run's resources moves to another shard of
+    /// its group, keys and all, while workers use it (a resharding).
+    Migrate,
 }
 
 impl Fault {
@@ -49,11 +53,12 @@ impl Fault {
             Fault::Partition => "partition",
             Fault::Latency => "latency",
             Fault::Clock => "clock",
+            Fault::Migrate => "migrate",
         }
     }
 
     /// Every fault, in the order reports list them.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::Kill,
         Fault::Freeze,
         Fault::Restart,
@@ -61,6 +66,17 @@ impl Fault {
         Fault::Partition,
         Fault::Latency,
         Fault::Clock,
+        Fault::Migrate,
+    ];
+
+    /// The faults a lab of Cluster groups takes: a shard's primary killed, frozen or
+    /// restarted, worker pauses, and slot migrations.
+    pub const ON_CLUSTER: [Fault; 5] = [
+        Fault::Kill,
+        Fault::Freeze,
+        Fault::Restart,
+        Fault::Pause,
+        Fault::Migrate,
     ];
 }
 
@@ -105,6 +121,8 @@ pub struct Injected {
     /// Master clock faults: drifts within the allowance and jumps beyond it.
     pub clock_drift: u64,
     pub clock_jump: u64,
+    /// Slot migrations between shards of a Cluster group.
+    pub migrate: u64,
 }
 
 impl Injected {
@@ -116,6 +134,7 @@ impl Injected {
             + self.latency
             + self.clock_drift
             + self.clock_jump
+            + self.migrate
     }
 }
 
@@ -129,6 +148,10 @@ pub struct FaultWindow {
 
 pub(crate) struct Injector {
     faults: Vec<Fault>,
+    /// Shards per group of a Cluster lab: faults hit one shard's primary.
+    shards: Option<usize>,
+    /// The run's resource names, whose slots migrations move.
+    resources: Vec<String>,
     max_down: usize,
     /// How long a group stays out of the vote after it got its master back (the quarantine).
     quarantine: Duration,
@@ -151,8 +174,11 @@ pub(crate) struct Injector {
 const FAILOVER_ALLOWANCE: Duration = Duration::from_millis(3000);
 
 impl Injector {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         groups: usize,
+        shards: Option<usize>,
+        resources: Vec<String>,
         faults: &[Fault],
         max_down: usize,
         quarantine: Duration,
@@ -161,6 +187,8 @@ impl Injector {
     ) -> Self {
         let now = Instant::now();
         Injector {
+            shards,
+            resources,
             faults: faults
                 .iter()
                 .copied()
@@ -196,12 +224,17 @@ impl Injector {
         let healthy: Vec<usize> = (0..self.down_until.len())
             .filter(|g| self.down_until[*g] <= now)
             .collect();
-        let (group, fault, hold, variant) = {
+        let (group, fault, hold, variant, shard) = {
             let mut rng = rand::thread_rng();
-            let (Some(group), Some(fault)) = (
-                healthy.choose(&mut rng).copied(),
-                self.faults.choose(&mut rng).copied(),
-            ) else {
+            // A run with migrations on reshards first, so even a short run moves a slot.
+            let first_migration =
+                self.faults.contains(&Fault::Migrate) && self.injected.migrate == 0;
+            let fault = if first_migration {
+                Some(Fault::Migrate)
+            } else {
+                self.faults.choose(&mut rng).copied()
+            };
+            let (Some(group), Some(fault)) = (healthy.choose(&mut rng).copied(), fault) else {
                 return Ok(());
             };
             (
@@ -209,28 +242,55 @@ impl Injector {
                 fault,
                 Duration::from_millis(rng.gen_range(300..1500)),
                 rng.gen_range(0..4u8),
+                self.shards.map(|shards| rng.gen_range(0..shards)),
             )
         };
-        match fault {
-            Fault::Kill => {
+        match (fault, shard) {
+            (Fault::Kill, Some(shard)) => {
+                lab.kill_primary(group, shard).await?;
+                self.injected.kill += 1;
+                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
+            }
+            (Fault::Freeze, Some(shard)) => {
+                lab.freeze_primary(group, shard).await?;
+                self.injected.freeze += 1;
+                self.later(group, now + hold, Recovery::Thaw);
+                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            }
+            (Fault::Restart, Some(shard)) => {
+                lab.restart_shard(group, shard).await?;
+                self.injected.restart += 1;
+                self.down_until[group] =
+                    Instant::now() + self.quarantine + Duration::from_millis(500);
+            }
+            (Fault::Migrate, Some(_)) => {
+                if !self.migrate(lab, group).await? {
+                    return Ok(());
+                }
+                self.injected.migrate += 1;
+                // The slot's new primary sits out its quarantine for that slot.
+                self.down_until[group] = Instant::now() + self.quarantine;
+            }
+            (Fault::Migrate, None) => return Ok(()),
+            (Fault::Kill, None) => {
                 lab.kill(group).await?;
                 self.injected.kill += 1;
                 self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
             }
-            Fault::Freeze => {
+            (Fault::Freeze, None) => {
                 lab.freeze(group).await?;
                 self.injected.freeze += 1;
                 // A freeze longer than down-after also ends in a failover.
                 self.later(group, now + hold, Recovery::Thaw);
                 self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
             }
-            Fault::Restart => {
+            (Fault::Restart, None) => {
                 lab.restart(group).await?;
                 self.injected.restart += 1;
                 self.down_until[group] =
                     Instant::now() + self.quarantine + Duration::from_millis(500);
             }
-            Fault::Partition => {
+            (Fault::Partition, _) => {
                 if variant == 0 {
                     // The clients lose the master; nothing else changes.
                     lab.partition(group, LinkClass::Client).await?;
@@ -245,7 +305,7 @@ impl Injector {
                 self.later(group, now + hold, Recovery::Heal);
                 self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
             }
-            Fault::Latency => {
+            (Fault::Latency, _) => {
                 let (delay, jitter) = {
                     let mut rng = rand::thread_rng();
                     (
@@ -258,7 +318,7 @@ impl Injector {
                 self.later(group, now + hold * 2, Recovery::Heal);
                 self.down_until[group] = now + hold * 2;
             }
-            Fault::Clock => {
+            (Fault::Clock, _) => {
                 // Three in four stay within the drift allowance; the fourth jumps.
                 let jump = variant == 0;
                 let cut = if jump {
@@ -275,7 +335,7 @@ impl Injector {
                 }
                 self.down_until[group] = now + self.ttl;
             }
-            Fault::Pause => {}
+            (Fault::Pause, _) => {}
         }
         self.windows.push(FaultWindow {
             fault,
@@ -284,6 +344,36 @@ impl Injector {
         });
         tracing::info!(group, ?fault, "chaos: fault injected");
         Ok(())
+    }
+
+    /// Moves the slot of a random resource of the run from the shard that serves it to
+    /// another shard of `group`. False when no shard answered which serves it (one is down).
+    async fn migrate(&mut self, lab: &mut Lab, group: usize) -> Result<bool, LabError> {
+        let (Some(shards), Some(resource)) = (
+            self.shards,
+            self.resources.choose(&mut rand::thread_rng()).cloned(),
+        ) else {
+            return Ok(false);
+        };
+        if shards < 2 {
+            return Ok(false);
+        }
+        let slot = HashSlot::of_resource(&resource).index();
+        let Ok(from) = lab.shard_serving(group, slot).await else {
+            return Ok(false);
+        };
+        let to = (from + rand::thread_rng().gen_range(1..shards)) % shards;
+        let report = lab.migrate_slots(group, from, to, slot..=slot).await?;
+        tracing::info!(
+            group,
+            resource,
+            slot,
+            from,
+            to,
+            keys = report.keys,
+            "chaos: slot migrated"
+        );
+        Ok(true)
     }
 
     fn later(&mut self, group: usize, at: Instant, recovery: Recovery) {

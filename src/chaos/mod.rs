@@ -209,7 +209,7 @@ impl ChaosReport {
         }
         lines.extend([
             format!(
-                "faults injected           {} (kill {}, freeze {}, restart {}, partition {}, latency {}, clock drift {}, clock jump {}), worker pauses {}, worker crashes {}",
+                "faults injected           {} (kill {}, freeze {}, restart {}, partition {}, latency {}, clock drift {}, clock jump {}, migrate {}), worker pauses {}, worker crashes {}",
                 f.total(),
                 f.kill,
                 f.freeze,
@@ -218,6 +218,7 @@ impl ChaosReport {
                 f.latency,
                 f.clock_drift,
                 f.clock_jump,
+                f.migrate,
                 self.pauses,
                 self.crashes
             ),
@@ -288,6 +289,17 @@ struct Tally {
 /// and takes no writes until the old master rejoins.
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     let has = |fault| options.faults.contains(&fault);
+    if spec.cluster.is_some() {
+        // A Cluster lab has no relays: partitions, latency and clock faults are refused
+        // before it starts (`check_cluster`). A promoted replica has no replica of its own
+        // until the old primary rejoins, so `min-replicas-to-write` would only stop writes;
+        // the cluster's node timeout bounds a lost primary's writes instead (docs/safety.md).
+        return LabSpec {
+            max_ttl_ms: millis(options.ttl),
+            replicas: spec.replicas.max(1),
+            ..spec
+        };
+    }
     let split_brain =
         has(Fault::Partition) || has(Fault::Freeze) || has(Fault::Kill) || has(Fault::Restart);
     LabSpec {
@@ -307,8 +319,53 @@ pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     }
 }
 
+/// Whether `options` suit a lab of Cluster groups: no sets (a set spans slots), and only the
+/// faults a Cluster lab can inject (no relays for partitions and latency; lock keys spread
+/// over shards for clock faults). The error names the option.
+pub fn check_cluster(options: &ChaosOptions) -> Result<(), Error> {
+    if options.patterns.contains(&Pattern::Sets) {
+        return Err(Error::invalid(
+            "patterns",
+            "sets are refused on Cluster groups (a set spans hash slots): use locks,permits",
+        ));
+    }
+    let unsupported: Vec<&str> = options
+        .faults
+        .iter()
+        .filter(|fault| !Fault::ON_CLUSTER.contains(fault))
+        .map(|fault| fault.name())
+        .collect();
+    if !unsupported.is_empty() {
+        return Err(Error::invalid(
+            "faults",
+            format!(
+                "{} cannot be injected on a Cluster lab; use {}",
+                unsupported.join(", "),
+                Fault::ON_CLUSTER.map(Fault::name).join(",")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `options` suit the Sentinel lab: a slot migration needs Cluster groups.
+fn check_sentinel(options: &ChaosOptions) -> Result<(), Error> {
+    if options.faults.contains(&Fault::Migrate) {
+        return Err(Error::invalid(
+            "faults",
+            "migrate moves a hash slot between shards: it needs a Cluster lab (--cluster)",
+        ));
+    }
+    Ok(())
+}
+
 /// Runs workers and faults against `lab` for `options.duration`, then checks the outcome.
 pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, Error> {
+    if lab.spec().cluster.is_some() {
+        check_cluster(options)?;
+    } else {
+        check_sentinel(options)?;
+    }
     let policy = lab.spec().policy();
     if millis(options.ttl) > policy.max_ttl_ms {
         return Err(Error::invalid(
@@ -368,8 +425,17 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
                 .map(|slot| format!("{}:{{{SEMAPHORE}}}:permit:{slot}", topology.key_prefix)),
         );
     }
+    // A slot migration moves the slot of one of the run's resources.
+    let mut resources: Vec<String> = (0..options.resources)
+        .map(|index| format!("{RESOURCE_PREFIX}{index}"))
+        .collect();
+    if permits {
+        resources.push(SEMAPHORE.to_string());
+    }
     let mut injector = faults::Injector::new(
         topology.groups.len(),
+        lab.spec().cluster.map(|shape| shape.shards),
+        resources,
         &options.faults,
         options.max_down,
         Duration::from_millis(policy.quarantine_ms()),
@@ -407,11 +473,18 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
 
     // Every lock, crashed holders' included, must be gone one TTL after the last holder.
     tokio::time::sleep(options.ttl + Duration::from_millis(200)).await;
-    let mut locks_left = locks
-        .list(RESOURCE_PREFIX, 1000)
-        .await
-        .map(|list| list.locks.len())
-        .unwrap_or(0);
+    // Read resource by resource: a listing does not walk Cluster groups.
+    let mut locks_left = 0;
+    for index in 0..options.resources {
+        let resource = format!("{RESOURCE_PREFIX}{index}");
+        if locks
+            .status(&resource)
+            .await
+            .is_ok_and(|status| status.held)
+        {
+            locks_left += 1;
+        }
+    }
     if permits {
         locks_left += locks
             .semaphore_status(SEMAPHORE)

@@ -9,7 +9,7 @@ use clap::Args;
 use super::exit;
 use crate::MAX_PERMITS;
 use crate::chaos::{ChaosOptions, Fault, Pattern, run as run_chaos};
-use crate::lab::{Lab, LabSpec};
+use crate::lab::{ClusterShape, Lab, LabSpec};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -54,6 +54,11 @@ pub struct ChaosArgs {
     /// of the client config.
     #[arg(long)]
     mixed_configs: bool,
+    /// Make the temporary lab's groups Redis Clusters of this many shards (a primary and a
+    /// replica each; three or more for a killed primary to be replaced). Patterns locks and
+    /// permits; faults kill, freeze, restart, pause and migrate (a slot moves between shards).
+    #[arg(long, value_name = "SHARDS")]
+    cluster: Option<usize>,
 }
 
 pub async fn run(
@@ -95,6 +100,17 @@ pub async fn run(
             let spec = LabSpec {
                 binary: Some(std::env::current_exe()?),
                 ..LabSpec::new(dir.path())
+            };
+            let spec = match args.cluster {
+                Some(shards) => {
+                    crate::chaos::check_cluster(&options)?;
+                    LabSpec {
+                        sentinels: 0,
+                        cluster: Some(ClusterShape { shards }),
+                        ..spec
+                    }
+                }
+                None => spec,
             };
             Lab::start(crate::chaos::lab_spec(spec, &options)).await?
         }

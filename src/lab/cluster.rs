@@ -203,6 +203,9 @@ fn command_name(args: &[&str]) -> String {
     }
 }
 
+/// The call timeout of the client that admits a cluster lab's slots.
+const ADMIT_CALL_TIMEOUT_MS: u64 = 5_000;
+
 impl Lab {
     fn cluster_shape(&self) -> Result<ClusterShape, LabError> {
         self.state.spec.cluster.ok_or(LabError::NotCluster)
@@ -547,6 +550,27 @@ impl Lab {
         Ok(self.node(index, group))
     }
 
+    /// The shard (0-based) whose primary serves `slot` in `group`, as that primary says.
+    pub async fn shard_serving(&self, group: usize, slot: u16) -> Result<usize, LabError> {
+        let shards = self.cluster_shape()?.shards;
+        for shard in 0..shards {
+            let Ok(index) = self.running_primary_index(group, shard).await else {
+                continue;
+            };
+            let Ok(lines) = self.cluster_nodes(index).await else {
+                continue;
+            };
+            let id = self.node_id(index);
+            if lines.iter().any(|line| line.id == id && line.serves(slot)) {
+                return Ok(shard);
+            }
+        }
+        Err(LabError::NoMaster {
+            group: group_name(group),
+            reason: format!("no running primary says it serves slot {slot}"),
+        })
+    }
+
     /// SIGKILLs the current primary of one shard and waits until the process is gone; the
     /// cluster promotes one of its replicas after `down_after_ms` if a majority of the
     /// group's primaries is alive.
@@ -607,7 +631,13 @@ impl Lab {
             node: "the cluster lab".to_string(),
             reason,
         };
-        let locks = crate::Locks::connect(self.topology())
+        // A lab starts on a busy machine: the admission's calls may take longer than the
+        // lock calls' timeout, and nothing waits on them.
+        let topology = crate::Topology {
+            call_timeout_ms: ADMIT_CALL_TIMEOUT_MS,
+            ..self.topology()
+        };
+        let locks = crate::Locks::connect(topology)
             .await
             .map_err(|error| failed(error.to_string()))?;
         let admitted = locks
