@@ -289,19 +289,26 @@ struct Tally {
 /// and takes no writes until the old master rejoins.
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
     let has = |fault| options.faults.contains(&fault);
+    let split_brain =
+        has(Fault::Partition) || has(Fault::Freeze) || has(Fault::Kill) || has(Fault::Restart);
     if spec.cluster.is_some() {
         // A Cluster lab has no relays: partitions, latency and clock faults are refused
-        // before it starts (`check_cluster`). A promoted replica has no replica of its own
-        // until the old primary rejoins, so `min-replicas-to-write` would only stop writes;
-        // the cluster's node timeout bounds a lost primary's writes instead (docs/safety.md).
+        // before it starts (`check_cluster`). A frozen primary thawed after the cluster
+        // promoted its replica may take writes until it hears of the new primary; with
+        // `min-replicas-to-write` it refuses them, its replica gone. With one replica per
+        // shard a promoted replica takes no writes until the old primary rejoins under it:
+        // availability, not safety, and half the processes of two replicas.
         return LabSpec {
             max_ttl_ms: millis(options.ttl),
             replicas: spec.replicas.max(1),
+            min_replicas_max_lag_s: if split_brain {
+                Some(spec.min_replicas_max_lag_s.unwrap_or(1))
+            } else {
+                spec.min_replicas_max_lag_s
+            },
             ..spec
         };
     }
-    let split_brain =
-        has(Fault::Partition) || has(Fault::Freeze) || has(Fault::Kill) || has(Fault::Restart);
     LabSpec {
         max_ttl_ms: millis(options.ttl),
         links: spec.links || has(Fault::Partition) || has(Fault::Latency),

@@ -315,10 +315,15 @@ impl LabSpec {
 
     /// The lock policy the lab admits its masters under.
     pub fn policy(&self) -> Policy {
-        let write_window_ms = match self.min_replicas_max_lag_s {
+        let mut write_window_ms = match self.min_replicas_max_lag_s {
             Some(lag) if self.replicas > 0 => Policy::write_window_for(lag),
             _ => 0,
         };
+        // A Cluster primary cut off from most of the others takes writes until its node
+        // timeout runs out; twice that covers the cron that notices.
+        if self.cluster.is_some() {
+            write_window_ms = write_window_ms.max(self.down_after_ms.saturating_mul(2));
+        }
         Policy {
             max_ttl_ms: self.max_ttl_ms,
             write_window_ms,
