@@ -1,10 +1,12 @@
 //! The engine benchmark behind `quorumlock bench`: acquire latency, acquire+release cycles of
 //! sets of resources beside the single lock (with the script calls each costs a group),
-//! lock+release cycles per second at several concurrencies on distinct resources, and
-//! contended acquisitions per second on one resource with an overlap check.
+//! lock+release cycles per second at several concurrencies on distinct resources (with what
+//! each cycle cost the servers, when asked), and contended acquisitions per second on one
+//! resource with an overlap check.
 
 #[cfg(feature = "mcp-bench")]
 pub mod mcp;
+pub mod server;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +21,11 @@ use crate::Locks;
 use crate::chaos::checker::{Checker, Hold};
 use crate::group::reply::Reply;
 use crate::{MAX_LABEL_BYTES, MAX_SET_RESOURCES};
+use server::{ServerCost, Snapshot};
+
+/// Resources each task of a throughput phase takes in turn, so that the slots in use spread
+/// over the shards of Cluster groups.
+const RESOURCES_PER_TASK: usize = 4;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -28,8 +35,10 @@ pub struct BenchOptions {
     /// Sizes of the sets whose acquire+release cycles are measured beside the single lock's
     /// (`samples` cycles each; empty skips the phase).
     pub set_sizes: Vec<usize>,
-    /// Concurrencies for the throughput phase (each task on its own resource).
+    /// Concurrencies for the throughput phase (each task on resources of its own).
     pub concurrency: Vec<usize>,
+    /// Read every primary's CPU and script calls around each throughput phase.
+    pub server_cost: bool,
     /// Length of each throughput and contention phase.
     pub phase: Duration,
     /// Workers contending for one resource in the contention phase.
@@ -85,6 +94,7 @@ impl Default for BenchOptions {
             samples: 2000,
             set_sizes: vec![1, 4, 16],
             concurrency: vec![1, 64],
+            server_cost: false,
             phase: Duration::from_secs(3),
             contenders: 16,
             hold: Duration::from_millis(1),
@@ -129,6 +139,12 @@ pub struct Throughput {
     pub cycles: u64,
     pub cycles_per_sec: f64,
     pub errors: u64,
+    /// What the cycles cost the servers, with [`BenchOptions::server_cost`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerCost>,
+    /// Why the servers' cost is missing although it was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server_unread: Option<String>,
 }
 
 /// The contention phase.
@@ -346,16 +362,25 @@ async fn cycles(
     concurrency: usize,
     prefix: &str,
 ) -> Throughput {
+    let before = match options.server_cost {
+        true => Some(Snapshot::take(locks).await),
+        false => None,
+    };
     let deadline = Instant::now() + options.phase;
     let started = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
-            let (locks, resource, options) =
-                (locks.clone(), format!("{prefix}:{task}"), options.clone());
+            let (locks, options) = (locks.clone(), options.clone());
+            let resources: Vec<String> = (0..RESOURCES_PER_TASK)
+                .map(|n| format!("{prefix}:{task}:{n}"))
+                .collect();
             tokio::spawn(async move {
                 let (mut done, mut errors) = (0u64, 0u64);
-                while Instant::now() < deadline {
-                    match options.acquire(&locks, &resource).await {
+                for resource in resources.iter().cycle() {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    match options.acquire(&locks, resource).await {
                         Ok(lease) => match lease.release().await {
                             Ok(_) => done += 1,
                             Err(_) => errors += 1,
@@ -379,11 +404,27 @@ async fn cycles(
             errors += failed;
         }
     }
+    let cycles_per_sec = cycles as f64 / started.elapsed().as_secs_f64();
+    let (server, server_unread) = match before {
+        None => (None, None),
+        Some(before) => match (before, Snapshot::take(locks).await) {
+            (Ok(before), Ok(after)) => match before.cost(&after, cycles) {
+                Some(cost) => (Some(cost), None),
+                None => (
+                    None,
+                    Some("no cycle ran, or the primaries changed during the phase".to_string()),
+                ),
+            },
+            (Err(error), _) | (_, Err(error)) => (None, Some(error)),
+        },
+    };
     Throughput {
         concurrency,
         cycles,
-        cycles_per_sec: cycles as f64 / started.elapsed().as_secs_f64(),
+        cycles_per_sec,
         errors,
+        server,
+        server_unread,
     }
 }
 
@@ -490,6 +531,13 @@ impl BenchReport {
                 t.concurrency, t.cycles, t.cycles_per_sec, t.errors
             ));
         }
+        if self
+            .throughput
+            .iter()
+            .any(|t| t.server.is_some() || t.server_unread.is_some())
+        {
+            out.push_str(&server_table(&self.throughput));
+        }
         let c = &self.contention;
         out.push_str(&format!(
             "\ncontended: {} workers on one resource: {} acquisitions, {:.0}/s, max wait {:.1} ms, overlaps {}, fencing regressions {}\n",
@@ -497,4 +545,34 @@ impl BenchReport {
         ));
         out
     }
+}
+
+/// The servers' cost of each throughput phase, below the throughput table.
+fn server_table(throughput: &[Throughput]) -> String {
+    let mut out = format!(
+        "\n{:<12} {:>9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>6}\n",
+        "concurrency", "primaries", "shards", "cpu/group", "cpu/shard", "scripts", "client", "load"
+    );
+    for t in throughput {
+        match (&t.server, &t.server_unread) {
+            (Some(s), _) => out.push_str(&format!(
+                "{:<12} {:>9} {:>7.1} {:>10.1} {:>10.1} {:>10.2} {:>10.1} {:>6}\n",
+                t.concurrency,
+                s.primaries,
+                s.shards_per_group,
+                s.cpu_us_per_cycle_per_group,
+                s.cpu_us_per_cycle_per_shard,
+                s.script_calls_per_cycle_per_group,
+                s.client_cpu_us_per_cycle,
+                s.load_average
+                    .map_or_else(|| "-".to_string(), |load| format!("{load:.2}")),
+            )),
+            (None, Some(why)) => {
+                out.push_str(&format!("{:<12} servers not read: {why}\n", t.concurrency))
+            }
+            (None, None) => {}
+        }
+    }
+    out.push_str("(per lock+release cycle: µs of used_cpu_sys+used_cpu_user of a group's primaries, and of one\n primary (shard); scripts: EVALSHA/EVAL calls per group; client: µs of this process's CPU;\n load: 1-minute load average at the phase's end)\n");
+    out
 }

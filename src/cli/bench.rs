@@ -1,6 +1,8 @@
 //! `quorumlock bench`: runs the engine benchmark against a topology (or a temporary lab) and
 //! prints HDR percentiles as a table or JSON; `--many-locks N` instead measures what N live
-//! locks cost (Redis memory per lock and per fence key, `list` and `status` times).
+//! locks cost (Redis memory per lock and per fence key, `list` and `status` times). With
+//! `--cluster` the temporary lab's groups are Redis Clusters, and every throughput phase also
+//! prints what a cycle cost the primaries (`--server-cpu`).
 
 use std::time::Duration;
 
@@ -9,20 +11,24 @@ use clap::Args;
 use super::{Cli, exit};
 use crate::Locks;
 use crate::bench::{BenchOptions, run as run_bench};
-use crate::lab::{Lab, LabSpec};
+use crate::lab::{ClusterShape, Lab, LabSpec};
+
+/// Set sizes measured when `--set-sizes` is not given (none on Cluster groups).
+const DEFAULT_SET_SIZES: [usize; 3] = [1, 4, 16];
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it\n(with --many-locks, one whose max_ttl_ms is an hour, so the locks outlive the run).\n\n--many-locks N holds N locks (`bench:many:NNNNNN`, the topology's longest TTL) and prints the\nused_memory growth per lock and, after releasing them, per fence key left behind, and the\nmedian times of `list` (first page), `list` of a prefix, walking every page, and `status`.\n\nExamples:\n  quorumlock bench --samples 5000 --phase-secs 5 --json\n  quorumlock bench --many-locks 100000"
+    after_help = "Without --config or a running lab, a temporary lab is started for the run and stopped after it\n(with --many-locks, one whose max_ttl_ms is an hour, so the locks outlive the run).\n\n--many-locks N holds N locks (`bench:many:NNNNNN`, the topology's longest TTL) and prints the\nused_memory growth per lock and, after releasing them, per fence key left behind, and the\nmedian times of `list` (first page), `list` of a prefix, walking every page, and `status`.\n\n--cluster makes every group of the temporary lab a Redis Cluster of --shards primaries, each with\n--replicas replicas, and measures no sets (a set spans hash slots). --server-cpu (on with --cluster)\nreads INFO cpu and commandstats of every primary before and after each throughput phase and\nprints the servers' CPU per cycle, per group and per shard.\n\nExamples:\n  quorumlock bench --samples 5000 --phase-secs 5 --json\n  quorumlock bench --many-locks 100000\n  quorumlock bench --cluster --shards 3 --replicas 0 --samples 200 --concurrency 64 --phase-secs 10"
 )]
 pub struct BenchArgs {
     /// Sequential acquire+release cycles for the latency percentiles.
     #[arg(long, default_value_t = 2000)]
     samples: usize,
     /// Sizes of the sets (`acquire_all`) whose acquire+release cycles are measured beside the
-    /// single lock's, `--samples` cycles each, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
-    set_sizes: Vec<usize>,
+    /// single lock's, `--samples` cycles each, comma-separated [default: 1,4,16; none with
+    /// --cluster].
+    #[arg(long, value_delimiter = ',')]
+    set_sizes: Option<Vec<usize>>,
     /// Concurrencies of the throughput phase, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     concurrency: Vec<usize>,
@@ -38,22 +44,46 @@ pub struct BenchArgs {
     /// Instead of the latency benchmark: hold this many locks and measure memory and listing.
     #[arg(long)]
     many_locks: Option<usize>,
+    /// Make every group of the temporary lab a Redis Cluster (no Sentinels).
+    #[arg(long, conflicts_with = "many_locks")]
+    cluster: bool,
+    /// Primaries per Cluster group of the temporary lab (with --cluster).
+    #[arg(long, default_value_t = 3, requires = "cluster")]
+    shards: usize,
+    /// Replicas per group of the temporary lab (with --cluster, per shard) [default: 1].
+    #[arg(long, conflicts_with = "many_locks")]
+    replicas: Option<usize>,
+    /// Print the primaries' CPU per cycle of each throughput phase (always on with --cluster).
+    #[arg(long)]
+    server_cpu: bool,
 }
 
 pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
     if let Some(count) = args.many_locks {
         return many::run(count, cli).await;
     }
+    let set_sizes = match (&args.set_sizes, args.cluster) {
+        (Some(sizes), true) if sizes.iter().any(|&size| size > 1) => anyhow::bail!(
+            "--set-sizes: a set of several resources spans hash slots, and Cluster groups refuse it; leave --set-sizes out with --cluster"
+        ),
+        (Some(sizes), _) => sizes.clone(),
+        (None, true) => Vec::new(),
+        (None, false) => DEFAULT_SET_SIZES.to_vec(),
+    };
     let options = BenchOptions {
         samples: args.samples,
-        set_sizes: args.set_sizes.clone(),
+        set_sizes,
         concurrency: args.concurrency.clone(),
+        server_cost: args.server_cpu || args.cluster,
         phase: Duration::from_secs(args.phase_secs),
         contenders: args.contenders,
         ..BenchOptions::default()
     }
     .with_payload(args.payload_bytes)?;
     let (topology, temporary) = match cli.topology()? {
+        Some(_) if args.cluster || args.replicas.is_some() => anyhow::bail!(
+            "--cluster, --shards and --replicas shape the temporary lab, and a topology is configured (--config, --lab, or a running lab): leave them out to measure that topology as it is, or point --lab-dir at an empty directory"
+        ),
         Some(topology) => (topology, None),
         None => {
             let dir = tempfile::tempdir()?;
@@ -61,7 +91,7 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
                 "no topology configured: starting a temporary lab in {}",
                 dir.path().display()
             );
-            let lab = Lab::start(LabSpec::new(dir.path())).await?;
+            let lab = Lab::start(temporary_lab(args, dir.path())).await?;
             (lab.topology(), Some((lab, dir)))
         }
     };
@@ -94,6 +124,24 @@ pub async fn run(args: &BenchArgs, cli: &Cli) -> anyhow::Result<u8> {
             exit::FAILURE
         },
     )
+}
+
+/// The temporary lab: five Sentinel-watched groups, or with `--cluster` five Cluster groups.
+fn temporary_lab(args: &BenchArgs, dir: &std::path::Path) -> LabSpec {
+    let spec = LabSpec::new(dir);
+    let replicas = args.replicas.unwrap_or(spec.replicas);
+    match args.cluster {
+        true => LabSpec {
+            replicas,
+            // Cluster groups fail over by themselves.
+            sentinels: 0,
+            cluster: Some(ClusterShape {
+                shards: args.shards,
+            }),
+            ..spec
+        },
+        false => LabSpec { replicas, ..spec },
+    }
 }
 
 /// `--many-locks`: what many live locks cost.
