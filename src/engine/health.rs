@@ -145,7 +145,12 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
             Vec::new()
         ),
         sentinel_views(group),
-        group.config(&["min-replicas-to-write", "min-replicas-max-lag"]),
+        group.config(&[
+            "min-replicas-to-write",
+            "min-replicas-max-lag",
+            "cluster-enabled",
+            "cluster-node-timeout",
+        ]),
     );
     let (latency_ms, error) = match ping {
         Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
@@ -237,6 +242,10 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
 }
 
 /// The settings of a master that break an assumption of docs/safety.md.
+/// What a Cluster primary's write window must add to its node timeout: it notices that it
+/// lost most of its cluster in its cron, ten times a second, and then refuses writes.
+const CLUSTER_WINDOW_MARGIN_MS: u64 = 1_000;
+
 fn unsafe_settings(
     admission: &Admission,
     policy: Option<Policy>,
@@ -258,12 +267,25 @@ fn unsafe_settings(
             .find(|(key, _)| key == name)
             .and_then(|(_, value)| value.parse::<u64>().ok())
     };
+    let cluster = config
+        .iter()
+        .any(|(key, value)| key == "cluster-enabled" && value == "yes");
+    if let (true, Some(timeout), Some(policy)) = (cluster, setting("cluster-node-timeout"), policy)
+    {
+        let needed = timeout.saturating_add(CLUSTER_WINDOW_MARGIN_MS);
+        if policy.write_window_ms < needed {
+            found.push(format!(
+                "cluster-node-timeout {timeout} ms lets a primary cut off from most of its cluster take writes for up to {needed} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed}`",
+                policy.write_window_ms
+            ));
+        }
+    }
     if replicas.is_empty() {
         return found;
     }
     match (setting("min-replicas-to-write"), setting("min-replicas-max-lag")) {
         (Some(0), _) => found.push(
-            "min-replicas-to-write is 0: a master cut off from its replica keeps granting after Sentinel promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
+            "min-replicas-to-write is 0: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
                 .to_string(),
         ),
         (Some(_), Some(lag)) => {
@@ -352,6 +374,30 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cluster_node_timeout_longer_than_the_write_window_is_unsafe() {
+        let config = |timeout: &str| {
+            Reply::Answer(vec![
+                ("cluster-enabled".to_string(), "yes".to_string()),
+                ("cluster-node-timeout".to_string(), timeout.to_string()),
+            ])
+        };
+        let policy = Some(Policy {
+            max_ttl_ms: 60_000,
+            write_window_ms: 12_000,
+        });
+        let found = unsafe_settings(&Admission::Voting, policy, &[], &config("15000"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].contains("--write-window-ms 16000"), "{found:?}");
+        assert!(unsafe_settings(&Admission::Voting, policy, &[], &config("11000")).is_empty());
+        // Not a cluster node: the node timeout says nothing.
+        let plain = Reply::Answer(vec![
+            ("cluster-enabled".to_string(), "no".to_string()),
+            ("cluster-node-timeout".to_string(), "15000".to_string()),
+        ]);
+        assert!(unsafe_settings(&Admission::Voting, policy, &[], &plain).is_empty());
+    }
 
     #[test]
     fn reads_replicas_and_their_lag() {
