@@ -320,9 +320,10 @@ impl LabSpec {
             _ => 0,
         };
         // A Cluster primary cut off from most of the others takes writes until its node
-        // timeout runs out; twice that covers the cron that notices.
+        // timeout runs out, and a second more covers the cron that notices (as `health`
+        // checks).
         if self.cluster.is_some() {
-            write_window_ms = write_window_ms.max(self.down_after_ms.saturating_mul(2));
+            write_window_ms = write_window_ms.max(self.down_after_ms.saturating_add(1_000));
         }
         Policy {
             max_ttl_ms: self.max_ttl_ms,
