@@ -8,6 +8,7 @@
 pub mod mcp;
 pub mod server;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -145,6 +146,10 @@ pub struct Throughput {
     /// Why the servers' cost is missing although it was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_unread: Option<String>,
+    /// Failed calls by cause (`acquire: no quorum`), and the failed group votes behind them
+    /// (`acquire vote: timeout`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub error_causes: BTreeMap<String, u64>,
 }
 
 /// The contention phase.
@@ -376,6 +381,7 @@ async fn cycles(
                 .collect();
             tokio::spawn(async move {
                 let (mut done, mut errors) = (0u64, 0u64);
+                let mut causes = BTreeMap::new();
                 for resource in resources.iter().cycle() {
                     if Instant::now() >= deadline {
                         break;
@@ -383,25 +389,33 @@ async fn cycles(
                     match options.acquire(&locks, resource).await {
                         Ok(lease) => match lease.release().await {
                             Ok(_) => done += 1,
-                            Err(_) => errors += 1,
+                            Err(error) => {
+                                errors += 1;
+                                count_causes(&mut causes, "release", &error);
+                            }
                         },
                         // Back off like a client would: retrying at once only adds load to an
                         // overloaded client or topology.
-                        Err(_) => {
+                        Err(error) => {
                             errors += 1;
+                            count_causes(&mut causes, "acquire", &error);
                             tokio::time::sleep(locks.topology().retry_delay()).await;
                         }
                     }
                 }
-                (done, errors)
+                (done, errors, causes)
             })
         })
         .collect();
     let (mut cycles, mut errors) = (0, 0);
+    let mut error_causes = BTreeMap::new();
     for task in tasks {
-        if let Ok((done, failed)) = task.await {
+        if let Ok((done, failed, causes)) = task.await {
             cycles += done;
             errors += failed;
+            for (cause, count) in causes {
+                *error_causes.entry(cause).or_insert(0) += count;
+            }
         }
     }
     let cycles_per_sec = cycles as f64 / started.elapsed().as_secs_f64();
@@ -425,6 +439,32 @@ async fn cycles(
         errors,
         server,
         server_unread,
+        error_causes,
+    }
+}
+
+/// Longest text of one cause kept in [`Throughput::error_causes`].
+const CAUSE_CHARS: usize = 120;
+
+/// Counts a failed call by its kind, and each failed group vote behind it by what it was.
+fn count_causes(causes: &mut BTreeMap<String, u64>, step: &str, error: &Error) {
+    let cut = |text: String| text.chars().take(CAUSE_CHARS).collect::<String>();
+    let kind = match error {
+        Error::Unavailable { .. } => "no quorum".to_string(),
+        Error::Expired { .. } => "expired before a majority granted".to_string(),
+        Error::NotHeld { .. } => "not held".to_string(),
+        Error::Held { .. } => "held".to_string(),
+        other => cut(other.to_string()),
+    };
+    *causes.entry(format!("{step}: {kind}")).or_insert(0) += 1;
+    for vote in error.votes().iter().filter(|vote| vote.vote.is_failure()) {
+        let what = match &vote.vote {
+            crate::Vote::Timeout => "timeout".to_string(),
+            crate::Vote::Error { message } => cut(message.clone()),
+            crate::Vote::Quarantined { .. } => "quarantined".to_string(),
+            other => cut(format!("{other:?}")),
+        };
+        *causes.entry(format!("{step} vote: {what}")).or_insert(0) += 1;
     }
 }
 
@@ -572,7 +612,10 @@ fn server_table(throughput: &[Throughput]) -> String {
             }
             (None, None) => {}
         }
+        for (cause, count) in &t.error_causes {
+            out.push_str(&format!("{:<12} {count:>9} {cause}\n", ""));
+        }
     }
-    out.push_str("(per lock+release cycle: µs of used_cpu_sys+used_cpu_user of a group's primaries, and of one\n primary (shard); scripts: EVALSHA/EVAL calls per group; client: µs of this process's CPU;\n load: 1-minute load average at the phase's end)\n");
+    out.push_str("(per lock+release cycle: µs of used_cpu_sys+used_cpu_user of a group's primaries, and of one\n primary (shard); scripts: EVALSHA/EVAL calls per group; client: µs of this process's CPU;\n load: 1-minute load average at the phase's end; then failed calls and failed\n group votes by cause)\n");
     out
 }
