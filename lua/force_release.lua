@@ -1,10 +1,15 @@
 -- Delete the lock whoever holds it (an operator's last resort for a stuck lock), and wake the
 -- waiters. The fence stays: the next holder must still get a larger fencing token than the
 -- evicted one.
--- KEYS: lock   ARGV: release channel, announcement (unique to this force release)
+-- KEYS: lock   ARGV: release channel, announcement (unique to this force release), then
+--       'sharded' in a Cluster group (see release.lua)
 -- Returns 1 when a lock was there | 0
 if redis.call('DEL', KEYS[1]) == 1 then
-  redis.call('PUBLISH', ARGV[1], ARGV[2])
+  if ARGV[3] == 'sharded' then
+    redis.pcall('SPUBLISH', ARGV[1], ARGV[2])
+  else
+    redis.call('PUBLISH', ARGV[1], ARGV[2])
+  end
   return 1
 end
 return 0

@@ -2,9 +2,23 @@
 -- deleted; the fence keys stay, they must only grow. One resource is a set of one.
 -- (holder.lua is prepended.)
 -- KEYS: the locks   ARGV: token, announcement ('' announces nothing), then per lock its
---       release channel
+--       release channel, then 'sharded' in a Cluster group
 -- Returns 1 deleted at least one | 0 none was ours (expired, released, or another holder's)
 local deleted = 0
+-- A Cluster group announces with sharded pub/sub, on a channel in the resource's slot: its
+-- waiters subscribe on that slot's primary, and no other node hears it. Redis before 7.0 has
+-- no sharded pub/sub: there the count fails and nothing is announced (waiters poll).
+local sharded = ARGV[3 + #KEYS] == 'sharded'
+local function listeners(channel)
+  if not sharded then
+    return redis.call('PUBSUB', 'NUMSUB', channel)[2]
+  end
+  local counted = redis.pcall('PUBSUB', 'SHARDNUMSUB', channel)
+  if type(counted) == 'table' and counted.err == nil then
+    return counted[2]
+  end
+  return 0
+end
 for lock = 1, #KEYS do
   if holder_of(redis.call('GET', KEYS[lock])) == ARGV[1] then
     redis.call('DEL', KEYS[lock])
@@ -14,8 +28,13 @@ for lock = 1, #KEYS do
     -- lock. The announcement names this release (the token, or the token marked as a
     -- rollback), so a waiter hearing it from several groups counts it once.
     local channel = ARGV[2 + lock]
-    if ARGV[2] ~= '' and redis.call('PUBSUB', 'NUMSUB', channel)[2] > 0 then
-      redis.call('PUBLISH', channel, ARGV[2])
+    if ARGV[2] ~= '' and listeners(channel) > 0 then
+      if sharded then
+        -- An announcement never fails the release that made it.
+        redis.pcall('SPUBLISH', channel, ARGV[2])
+      else
+        redis.call('PUBLISH', channel, ARGV[2])
+      end
     end
   end
 end

@@ -3,16 +3,17 @@
 //! lock there is granted, renewed, released and fenced as on Sentinel groups; every key of a
 //! resource lives in the slot of its whole name; a set is refused; a replica the cluster
 //! promotes sits out the vote, and the engine follows the new map without waiting for a
-//! call to time out.
+//! call to time out. Releases are announced by sharded pub/sub: a waiter is woken by the
+//! release, not by its next poll, before and after a failover inside a group.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::resp::{Reply, call, key_slot};
-use common::{connect, start_lab, temp_dir};
+use common::resp::{Reply, call, key_slot, text};
+use common::{connect, eventually, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
-use quorumlock::{Error, GroupVote, Locks, Vote};
+use quorumlock::{Error, GroupVote, Locks, Topology, Vote};
 use tempfile::TempDir;
 
 const MS: Duration = Duration::from_millis(1);
@@ -25,23 +26,40 @@ const FOLLOWS_WITHIN: Duration = Duration::from_secs(10);
 struct ClusterLab {
     lab: Lab,
     locks: Locks,
+    topology: Topology,
+    /// How long a promoted replica sits out: the longest TTL and the write window.
+    quarantine_ms: u64,
     _dir: TempDir,
 }
 
 async fn cluster_lab(groups: usize, shards: usize, replicas: usize) -> ClusterLab {
+    tuned_cluster_lab(groups, shards, replicas, |topology| topology).await
+}
+
+/// [`cluster_lab`] with the client's topology tuned by `tune`.
+async fn tuned_cluster_lab(
+    groups: usize,
+    shards: usize,
+    replicas: usize,
+    tune: impl FnOnce(Topology) -> Topology,
+) -> ClusterLab {
     let dir = temp_dir();
-    let lab = start_lab(LabSpec {
+    let spec = LabSpec {
         groups,
         sentinels: 0,
         replicas,
         cluster: Some(ClusterShape { shards }),
         ..LabSpec::new(dir.path())
-    })
-    .await;
-    let locks = connect(lab.topology()).await;
+    };
+    let policy = spec.policy();
+    let lab = start_lab(spec).await;
+    let topology = tune(lab.topology());
+    let locks = connect(topology.clone()).await;
     ClusterLab {
         lab,
         locks,
+        topology,
+        quarantine_ms: policy.max_ttl_ms + policy.write_window_ms,
         _dir: dir,
     }
 }
@@ -277,7 +295,7 @@ async fn a_replica_the_cluster_promotes_sits_out_the_vote_and_the_engine_follows
             ),
         }
     };
-    assert!(quarantined <= 60_000, "{quarantined}");
+    assert!(quarantined <= fx.quarantine_ms, "{quarantined}");
     eprintln!(
         "g1 answered from its new primary {:?} after the takeover",
         switched.elapsed()
@@ -298,4 +316,328 @@ async fn a_replica_the_cluster_promotes_sits_out_the_vote_and_the_engine_follows
         Some(format!("127.0.0.1:{replica}").as_str())
     );
     assert_ne!(replica, old);
+}
+
+/// Retries 10 s apart: only a release announcement can wake a waiter sooner.
+fn slow_retries(mut topology: Topology) -> Topology {
+    topology.retry_delay_ms = 10_000;
+    topology
+}
+
+/// Well under the 10 s between a waiter's tries, with room for two busy cores.
+const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+
+/// The ports of `group`'s primaries, as the lab started them or as they are now.
+async fn primaries(lab: &Lab, group: usize) -> Vec<u16> {
+    lab.status()
+        .await
+        .iter()
+        .filter(|node| node.group == Some(group) && node.kind == NodeKind::Master)
+        .map(|node| node.port)
+        .collect()
+}
+
+/// How many clients of the node at `port` subscribe (SSUBSCRIBE) to the release channel of
+/// `resource`, whatever slot tag the channel carries.
+async fn shard_subscribers(port: u16, resource: &str) -> i64 {
+    let pattern = format!("*ql:{{{resource}}}:released");
+    let Some(channels) = array(port, &["PUBSUB", "SHARDCHANNELS", &pattern]).await else {
+        return 0;
+    };
+    let mut count = 0;
+    for channel in channels {
+        if let Some(counts) = array(port, &["PUBSUB", "SHARDNUMSUB", &channel]).await {
+            count += counts
+                .get(1)
+                .and_then(|n| n.parse::<i64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    count
+}
+
+/// Whether some client subscribes to `resource`'s release channel on a primary of each group.
+async fn subscribed_in_every_group(lab: &Lab, groups: usize, resource: &str) -> bool {
+    for group in 0..groups {
+        let mut subscribers = 0;
+        for port in primaries(lab, group).await {
+            subscribers += shard_subscribers(port, resource).await;
+        }
+        if subscribers == 0 {
+            return false;
+        }
+    }
+    true
+}
+
+/// Sends one command and reads an array reply of strings and integers (integers as text).
+async fn array(port: u16, args: &[&str]) -> Option<Vec<String>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let attempt = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut buffer = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(items) = parse_array(&buffer) {
+                return items;
+            }
+            let read = stream.read(&mut chunk).await.ok()?;
+            if read == 0 {
+                return None;
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), attempt)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `*n` then n bulk strings or integers, once all of it arrived: `Some(None)` for a reply
+/// that is not such an array.
+fn parse_array(buffer: &[u8]) -> Option<Option<Vec<String>>> {
+    let mut lines = Vec::new();
+    let mut at = 0;
+    while let Some(end) = buffer[at..].windows(2).position(|pair| pair == b"\r\n") {
+        lines.push(String::from_utf8_lossy(&buffer[at..at + end]).into_owned());
+        at += end + 2;
+    }
+    let Some(count) = lines.first()?.strip_prefix('*') else {
+        return Some(None);
+    };
+    let count: usize = count.parse().ok()?;
+    let mut items = Vec::with_capacity(count);
+    let mut line = 1;
+    while items.len() < count {
+        let head = lines.get(line)?;
+        if let Some(integer) = head.strip_prefix(':') {
+            items.push(integer.to_string());
+            line += 1;
+        } else if head.starts_with('$') {
+            items.push(lines.get(line + 1)?.clone());
+            line += 2;
+        } else {
+            return Some(None);
+        }
+    }
+    Some(Some(items))
+}
+
+/// A waiter on Cluster groups is woken by the release: retries are 10 s apart, so only the
+/// announcement (SPUBLISH in the resource's slot, heard by the waiter's SSUBSCRIBE on that
+/// slot's primary) can give it the lock sooner. The same holds for a force release. With
+/// the announcements off, each waiter would get the lock at its next try, 10 s on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_cluster_groups_is_woken_by_the_release_not_by_its_next_poll() {
+    let fx = tuned_cluster_lab(3, 2, 0, slow_retries).await;
+    // The holder is another client: its release reaches the waiter only through the groups.
+    let other = connect(fx.topology.clone()).await;
+    let holder = other
+        .acquire("wake")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("holder");
+    let waiter = {
+        let locks = fx.locks.clone();
+        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || subscribed_in_every_group(
+            &fx.lab, 3, "wake"
+        ))
+        .await,
+        "the waiter never subscribed on the primaries of the slot"
+    );
+    let released_at = Instant::now();
+    holder.release().await.expect("release");
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
+    assert!(
+        woke_after < WOKEN_WITHIN,
+        "woke {woke_after:?} after the release, at attempt {}: it polled",
+        lease.attempts()
+    );
+
+    // Once the first waiter's subscriptions are gone, a waiter in the other client waits for
+    // the lock it holds; a force release wakes it.
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            let mut subscribers = 0;
+            for group in 0..3 {
+                for port in primaries(&fx.lab, group).await {
+                    subscribers += shard_subscribers(port, "wake").await;
+                }
+            }
+            subscribers == 0
+        })
+        .await,
+        "the woken waiter did not unsubscribe"
+    );
+    let second = {
+        let other = other.clone();
+        tokio::spawn(async move { other.acquire("wake").wait(Duration::from_secs(25)).await })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || subscribed_in_every_group(
+            &fx.lab, 3, "wake"
+        ))
+        .await,
+        "the second waiter never subscribed"
+    );
+    let forced_at = Instant::now();
+    assert!(
+        fx.locks
+            .force_release("wake")
+            .await
+            .expect("force release")
+            .released
+    );
+    let taken = second
+        .await
+        .expect("task")
+        .expect("the second waiter gets the lock");
+    let woke_after = taken.acquired_at().saturating_duration_since(forced_at);
+    assert!(
+        woke_after < WOKEN_WITHIN,
+        "woke {woke_after:?} after the force release, at attempt {}: it polled",
+        taken.attempts()
+    );
+    taken.release().await.expect("released");
+    drop(lease);
+    other.close().await;
+}
+
+/// After `CLUSTER FAILOVER TAKEOVER` in g1, a waiter that subscribed before the failover is
+/// still woken by a release announced in g1 alone. Redis drops a shard subscription when its
+/// primary is demoted, so this proves the engine subscribed again on the new primary once its
+/// slot map changed: the test sees the subscription appear there, and then makes g1's
+/// announcement the only one (the lock is taken off g2 and g3 behind the clients' backs), so
+/// nothing else could wake the waiter before its next try, 25 s on. The waiter is then
+/// granted by g2 and g3, while g1's new primary sits out its quarantine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_a_release_after_its_group_fails_over() {
+    let fx = tuned_cluster_lab(3, 1, 1, slow_retries).await;
+    let status = fx.lab.status().await;
+    let node = |group: usize, kind: NodeKind| {
+        status
+            .iter()
+            .find(|node| node.group == Some(group) && node.kind == kind)
+            .map(|node| node.port)
+            .expect("each group has a primary and a replica")
+    };
+    let (old, replica) = (node(0, NodeKind::Master), node(0, NodeKind::Replica));
+    let other = connect(fx.topology.clone()).await;
+    let holder = other
+        .acquire("promoted")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("holder");
+    let waiter = {
+        let locks = fx.locks.clone();
+        tokio::spawn(async move {
+            locks
+                .acquire("promoted")
+                .wait(Duration::from_secs(25))
+                .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || subscribed_in_every_group(
+            &fx.lab, 3, "promoted"
+        ))
+        .await,
+        "the waiter never subscribed"
+    );
+    assert!(shard_subscribers(old, "promoted").await > 0);
+    // The replica has the holder's lock before it takes over, so the release finds it there.
+    assert!(
+        eventually(Duration::from_secs(5), || replicated(old)).await,
+        "g1's replica never caught up"
+    );
+    assert_eq!(
+        call(replica, &["CLUSTER", "FAILOVER", "TAKEOVER"]).await,
+        Some(Reply::Text("OK".into()))
+    );
+    assert!(
+        eventually(FOLLOWS_WITHIN, || async {
+            shard_subscribers(replica, "promoted").await > 0
+        })
+        .await,
+        "the waiter never subscribed again on g1's new primary"
+    );
+    // The holder's client follows the new map too, so its release reaches the new primary.
+    let new_primary = format!("127.0.0.1:{replica}");
+    assert!(
+        eventually(FOLLOWS_WITHIN, || async {
+            other.health().await.groups[0].master.as_deref() == Some(new_primary.as_str())
+        })
+        .await,
+        "the holder's client never followed g1's new primary"
+    );
+    for group in [1, 2] {
+        let port = node(group, NodeKind::Master);
+        for key in keys(port, "*ql:{promoted}:lock").await {
+            assert_eq!(call(port, &["DEL", &key]).await, Some(Reply::Integer(1)));
+        }
+    }
+    let released_at = Instant::now();
+    let released = holder.release().await.expect("release");
+    assert_eq!(
+        released.groups_released, 1,
+        "only g1 held it: {:?}",
+        released.votes
+    );
+    let lease = waiter
+        .await
+        .expect("task")
+        .expect("the waiter gets the lock");
+    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
+    assert!(
+        woke_after < WOKEN_WITHIN,
+        "woke {woke_after:?} after the release: g1's announcement did not reach it"
+    );
+    // g1's new primary sits out its quarantine: refused, or not waited for.
+    assert!(
+        matches!(
+            vote_of(lease.votes(), "g1"),
+            Vote::Quarantined { .. } | Vote::NotAwaited
+        ),
+        "{:?}",
+        lease.votes()
+    );
+    lease.release().await.expect("released");
+    other.close().await;
+}
+
+/// Whether every replica of the primary at `port` has all of its writes.
+async fn replicated(port: u16) -> bool {
+    let Some(info) = text(port, &["INFO", "replication"]).await else {
+        return false;
+    };
+    let field = |line: &str, name: &str| {
+        line.split(',')
+            .find_map(|pair| pair.split(':').next_back()?.strip_prefix(name))
+            .map(str::to_string)
+    };
+    let offset = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("master_repl_offset:"))
+        .map(str::to_string);
+    let replicas: Vec<Option<String>> = info
+        .lines()
+        .filter(|line| line.starts_with("slave"))
+        .map(|line| field(line, "offset="))
+        .collect();
+    !replicas.is_empty() && offset.is_some() && replicas.iter().all(|seen| *seen == offset)
 }

@@ -153,13 +153,13 @@ impl Engine {
         // (or, for a set, the one that was held).
         let mut watch: Option<Watch> = None;
         let first_channel = claim.channel(None);
-        if !options.wait.is_zero() && self.waiters.queued(first_channel) {
+        if !options.wait.is_zero() && self.waiters.queued(&first_channel.name) {
             // Other waiters of this process queue for this lock: it is held. Take a place in
             // the queue (releases wake one waiter at a time, the longest waiting first) rather
             // than spend a vote on it; the timer covers a release nobody announces.
             let queued = self
                 .waiters
-                .watch(&self.groups, first_channel, deadline)
+                .watch(&self.groups, &first_channel, deadline)
                 .await;
             let released = queued.notify();
             let fallback = (self.topology.retry_delay() * 10)
@@ -228,7 +228,7 @@ impl Engine {
                     holder
                         .as_ref()
                         .map(|h| Duration::from_millis(h.remaining_ms)),
-                    Some(claim.channel(Some(resource)).to_string()),
+                    Some(claim.channel(Some(resource))),
                 ),
                 _ => (None, None),
             };

@@ -17,7 +17,6 @@ use crate::engine::vote::{GroupVote, Vote};
 use crate::group::Group;
 use crate::group::batch::{Call, LockScript};
 use crate::group::reply::{Reply, integer, text};
-use crate::group::scripts;
 use crate::group::slots::HashSlot;
 
 impl Engine {
@@ -195,9 +194,8 @@ impl Engine {
         let votes = self
             .by_token(
                 |group| {
-                    group.eval(
+                    group.force_release(
                         HashSlot::of_resource(resource),
-                        &scripts::FORCE_RELEASE,
                         lock_keys.clone(),
                         args.clone(),
                     )

@@ -7,6 +7,7 @@ use fred::types::Key;
 
 use crate::engine::error::Error;
 use crate::group::slots::HashSlot;
+use crate::group::subscriber::ReleaseChannel;
 
 /// Longest accepted resource name, in bytes.
 pub const MAX_RESOURCE_BYTES: usize = 512;
@@ -258,16 +259,23 @@ impl Claim {
         }
     }
 
-    /// The release channel of the resource called `name` (any, when `name` is not one).
-    pub fn channel(&self, name: Option<&str>) -> &str {
+    /// The release channel of the resource called `name` (any, when `name` is not one), and
+    /// the slot of that resource (where a Cluster group announces its releases).
+    pub fn channel(&self, name: Option<&str>) -> ReleaseChannel {
         match self {
             Claim::Set(keys) => {
                 let member = name
                     .and_then(|name| keys.names.iter().position(|n| n == name))
                     .unwrap_or(0);
-                &keys.members[member].released
+                ReleaseChannel {
+                    name: keys.members[member].released.clone(),
+                    slot: HashSlot::of_resource(&keys.names[member]),
+                }
             }
-            Claim::Permit(keys) => &keys.slots[0].released,
+            Claim::Permit(keys) => ReleaseChannel {
+                name: keys.slots[0].released.clone(),
+                slot: HashSlot::of_resource(&keys.name),
+            },
         }
     }
 

@@ -8,24 +8,29 @@
 //! and the map is read again at once. The map is also read every [`REFRESH_INTERVAL`], and
 //! after any call that timed out or failed, so a failover is seen without waiting for a call
 //! to be refused.
+//!
+//! Releases are announced with sharded pub/sub: on a channel moved into the resource's slot,
+//! heard by the subscribers of that slot's primary only (see [`crate::group::sharded`]).
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::Topology;
-use crate::group::batch::{Answer, Batching, Call};
+use crate::group::batch::{Answer, Batching, Call, LockScript};
 use crate::group::diagnose::Diagnosis;
 use crate::group::master::Master;
 use crate::group::reply::Reply;
-use crate::group::scripts::GroupScript;
+use crate::group::scripts::{self, GroupScript};
 use crate::group::security::{Credentials, Transport};
+use crate::group::sharded::ShardSubscribers;
 use crate::group::slots::{HashSlot, SLOTS};
 
 /// How often the slot map is read while nothing asks for it sooner.
@@ -73,7 +78,45 @@ pub(crate) struct Cluster {
     map: Arc<RwLock<Arc<SlotMap>>>,
     /// Asks the map-reading task for a read now.
     stale: Arc<Notify>,
+    /// Counts the changes of the map, for the release subscribers to follow them.
+    changes: Arc<watch::Sender<u64>>,
     refresher: Mutex<Option<AbortOnDropHandle<()>>>,
+}
+
+/// The slot map as the release subscribers read it: which primary owns a slot now, and word
+/// of every change.
+#[derive(Clone)]
+pub(crate) struct MapView {
+    map: Arc<RwLock<Arc<SlotMap>>>,
+    stale: Arc<Notify>,
+    changes: watch::Receiver<u64>,
+}
+
+impl MapView {
+    /// The primary that owns `slot` now.
+    pub fn owner(&self, slot: HashSlot) -> Option<Arc<Shard>> {
+        owner_in(&current_of(&self.map), slot)
+    }
+
+    /// `host:port` of every primary of the map.
+    pub fn primaries(&self) -> Vec<String> {
+        current_of(&self.map)
+            .shards
+            .iter()
+            .map(|shard| shard.address.clone())
+            .collect()
+    }
+
+    /// Resolves once the map changes after the last change seen; `false` once the cluster is
+    /// gone.
+    pub async fn changed(&mut self) -> bool {
+        self.changes.changed().await.is_ok()
+    }
+
+    /// Reads the map again soon: a node answered that it does not own a slot it should.
+    pub fn reread(&self) {
+        self.stale.notify_one();
+    }
 }
 
 impl Cluster {
@@ -96,6 +139,7 @@ impl Cluster {
             }),
             map: Arc::default(),
             stale: Arc::new(Notify::new()),
+            changes: Arc::new(watch::Sender::new(0)),
             refresher: Mutex::new(None),
         }
     }
@@ -103,11 +147,12 @@ impl Cluster {
     /// Reads the slot map once (bounded), connects its primaries, and starts the task that
     /// keeps it current. Whether a map was read.
     pub async fn start(&self) -> bool {
-        let read = refresh(&self.builders, &self.map).await;
+        let read = refresh(&self.builders, &self.map, &self.changes).await;
         let task = tokio::spawn(keep_current(
             self.builders.clone(),
             self.map.clone(),
             self.stale.clone(),
+            self.changes.clone(),
         ));
         if let Ok(mut refresher) = self.refresher.lock() {
             *refresher = Some(AbortOnDropHandle::new(task));
@@ -116,17 +161,22 @@ impl Cluster {
     }
 
     fn current(&self) -> Arc<SlotMap> {
-        self.map
-            .read()
-            .map(|map| map.clone())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+        current_of(&self.map)
     }
 
     /// The primary that owns `slot` now.
     fn owner(&self, slot: HashSlot) -> Option<Arc<Shard>> {
-        let map = self.current();
-        let index = (*map.owners.get(usize::from(slot.index()))?)?;
-        map.shards.get(index).cloned()
+        owner_in(&self.current(), slot)
+    }
+
+    /// A new release subscriber: a client per primary that owns a slot with waiters, each
+    /// subscribed with SSUBSCRIBE, all again after every change of the map.
+    pub fn subscriber(&self) -> Arc<ShardSubscribers> {
+        ShardSubscribers::start(MapView {
+            map: self.map.clone(),
+            stale: self.stale.clone(),
+            changes: self.changes.subscribe(),
+        })
     }
 
     /// The primaries known now.
@@ -160,12 +210,29 @@ impl Cluster {
             self.reread();
             return Reply::NotSent(NO_OWNER);
         };
+        let args = match call.script {
+            LockScript::Release => announce_sharded(slot, &call.args, 2..call.args.len()).into(),
+            _ => call.args,
+        };
         let call = Call {
             keys: move_keys(slot, &call.keys).into(),
+            args,
             ..call
         };
         let reply = shard.master.call(call).await;
         self.redirected(reply)
+    }
+
+    /// Deletes the lock at `keys` whoever holds it (lua/force_release.lua), announced in its
+    /// slot: `args` are its release channel and the announcement.
+    pub async fn force_release<R: FromValue>(
+        &self,
+        slot: HashSlot,
+        keys: &[Key],
+        args: &[Value],
+    ) -> Reply<R> {
+        let args = announce_sharded(slot, args, 0..1);
+        self.eval(slot, &scripts::FORCE_RELEASE, keys, args).await
     }
 
     /// Runs `script` on the primary of `slot`, with its keys moved into that slot.
@@ -364,14 +431,51 @@ fn redirection(message: &str) -> bool {
         .any(|word| message.contains(word))
 }
 
+/// The arguments of a release script with the release channels at `channels` moved into
+/// `slot`, and `sharded` after them, so the script announces with SPUBLISH.
+///
+/// A script may only SPUBLISH on a channel in its own slot, and only the Cluster group knows
+/// slots: the engine sends every group the same call, channels named as a Sentinel group
+/// publishes them, and this rule, per script, moves them here the same way the keys move.
+/// Waiters hear the announcement under the name they know: the subscriber takes the slot
+/// tag off again.
+fn announce_sharded(slot: HashSlot, args: &[Value], channels: Range<usize>) -> Vec<Value> {
+    let mut moved: Vec<Value> = args
+        .iter()
+        .enumerate()
+        .map(|(at, arg)| match arg.as_bytes() {
+            Some(channel) if channels.contains(&at) => {
+                Value::from(String::from_utf8_lossy(&slot.key(channel)).into_owned())
+            }
+            _ => arg.clone(),
+        })
+        .collect();
+    moved.push(Value::from(SHARDED));
+    moved
+}
+
+/// The last argument of a release script in a Cluster group: announce with SPUBLISH.
+const SHARDED: &str = "sharded";
+
+fn current_of(map: &RwLock<Arc<SlotMap>>) -> Arc<SlotMap> {
+    map.read()
+        .map(|map| map.clone())
+        .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
+}
+
+fn owner_in(map: &SlotMap, slot: HashSlot) -> Option<Arc<Shard>> {
+    let index = (*map.owners.get(usize::from(slot.index()))?)?;
+    map.shards.get(index).cloned()
+}
+
 fn move_keys(slot: HashSlot, keys: &[Key]) -> Vec<Key> {
     keys.iter()
         .map(|key| Key::from(slot.key(key.as_bytes()).as_slice()))
         .collect()
 }
 
-/// `key` without its leading `{T}` slot tag.
-fn untag(key: &str) -> String {
+/// `key` (or a channel) without its leading `{T}` slot tag.
+pub(crate) fn untag(key: &str) -> String {
     match key.strip_prefix('{').and_then(|rest| rest.split_once('}')) {
         Some((_, rest)) => rest.to_string(),
         None => key.to_string(),
@@ -379,10 +483,15 @@ fn untag(key: &str) -> String {
 }
 
 /// Reads the map whenever asked, and every [`REFRESH_INTERVAL`] anyway.
-async fn keep_current(builders: Arc<Builders>, map: Arc<RwLock<Arc<SlotMap>>>, stale: Arc<Notify>) {
+async fn keep_current(
+    builders: Arc<Builders>,
+    map: Arc<RwLock<Arc<SlotMap>>>,
+    stale: Arc<Notify>,
+    changes: Arc<watch::Sender<u64>>,
+) {
     loop {
         let _ = tokio::time::timeout(REFRESH_INTERVAL, stale.notified()).await;
-        refresh(&builders, &map).await;
+        refresh(&builders, &map, &changes).await;
         tokio::time::sleep(REFRESH_SPACING).await;
     }
 }
@@ -403,8 +512,13 @@ struct View {
 }
 
 /// Reads the map from every known primary and seed, keeps the view of a healthy node with
-/// the highest epoch, and connects new primaries. Whether a map was read.
-async fn refresh(builders: &Builders, map: &RwLock<Arc<SlotMap>>) -> bool {
+/// the highest epoch, and connects new primaries; says so on `changes` when the map changed.
+/// Whether a map was read.
+async fn refresh(
+    builders: &Builders,
+    map: &RwLock<Arc<SlotMap>>,
+    changes: &watch::Sender<u64>,
+) -> bool {
     let current = map.read().map(|map| map.clone()).unwrap_or_default();
     let mut asked: Vec<(String, u16)> = current
         .shards
@@ -475,6 +589,7 @@ async fn refresh(builders: &Builders, map: &RwLock<Arc<SlotMap>>) -> bool {
         if let Ok(mut slot) = map.write() {
             *slot = Arc::new(SlotMap { shards, owners });
         }
+        changes.send_modify(|count| *count += 1);
         // Primaries no longer in the map: closed once no call holds them.
         for (_, gone) in by_address {
             tokio::spawn(async move { gone.master.quit().await });

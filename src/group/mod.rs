@@ -3,7 +3,8 @@
 //! by SHA with a transparent reload on NOSCRIPT.
 //!
 //! Everything that talks to one group lives in this folder: group commit (`batch`), the
-//! scripts, the Sentinel watch, connecting and diagnosing, ACL and TLS. A group answers each
+//! scripts, the Sentinel watch, release subscribers (`subscriber`, and `sharded` for Cluster
+//! groups), connecting and diagnosing, ACL and TLS. A group answers each
 //! call with a [`reply::Reply`]; it knows nothing of votes or majorities.
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::group::reply::Reply;
 use crate::group::scripts::GroupScript;
 use crate::group::security::{Credentials, Transport};
 use crate::group::slots::HashSlot;
+use crate::group::subscriber::Subscriber;
 
 pub(crate) mod batch;
 pub(crate) mod cluster;
@@ -35,7 +37,9 @@ pub(crate) mod reply;
 pub(crate) mod scripts;
 pub(crate) mod security;
 pub(crate) mod sentinel;
+pub(crate) mod sharded;
 pub(crate) mod slots;
+pub(crate) mod subscriber;
 
 /// Why a group's client could not be built. Not a network failure: those are votes.
 #[derive(Debug, thiserror::Error)]
@@ -399,6 +403,21 @@ impl Group {
         }
     }
 
+    /// Deletes the lock at `keys` whoever holds it, and announces it (lua/force_release.lua):
+    /// `args` are the release channel and the announcement. A Cluster group announces in the
+    /// resource's `slot`, with sharded pub/sub.
+    pub async fn force_release<R: FromValue>(
+        &self,
+        slot: HashSlot,
+        keys: Vec<Key>,
+        args: Vec<Value>,
+    ) -> Reply<R> {
+        match &self.nodes {
+            Nodes::Master(master) => master.eval(&scripts::FORCE_RELEASE, keys, args).await,
+            Nodes::Cluster(cluster) => cluster.force_release(slot, &keys, &args).await,
+        }
+    }
+
     /// Reads many locks with the inspect script: one call on a master; in a Cluster group one
     /// per resource, since each lives in its own slot. The answers follow `locks`' order.
     pub async fn inspect(&self, locks: &[SlotKeys]) -> Reply<Vec<Value>> {
@@ -594,15 +613,12 @@ impl Group {
         }
     }
 
-    /// A new pub/sub client to this group's master (it follows failovers like the main one).
-    /// A Cluster group has none yet: its waiters poll.
-    pub fn subscriber(&self) -> Result<fred::clients::SubscriberClient, fred::error::Error> {
+    /// A new release subscriber, connecting from now on: a pub/sub client to the master (it
+    /// follows failovers like the main one), or a Cluster group's client per primary.
+    pub fn subscriber(&self) -> Result<Subscriber, fred::error::Error> {
         match &self.nodes {
-            Nodes::Master(master) => master.subscriber(),
-            Nodes::Cluster(_) => Err(fred::error::Error::new(
-                ErrorKind::Unknown,
-                "release notifications are not sent on a Cluster group; its waiters poll",
-            )),
+            Nodes::Master(master) => Ok(Subscriber::master(master.subscriber()?)),
+            Nodes::Cluster(cluster) => Ok(Subscriber::Cluster(cluster.subscriber())),
         }
     }
 
