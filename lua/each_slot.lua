@@ -19,6 +19,9 @@ for at = key_count + arg_count + 3, #ARGV do
     keys[k] = '{' .. ARGV[at] .. '}' .. ARGV[1 + k]
   end
   local ok, answer = pcall(RUN, keys, args)
+  -- A run may raise between turning replication off and on (admission markers are not
+  -- replicated): the next slot's writes must replicate.
+  redis.set_repl(redis.REPL_ALL)
   if not ok then
     answer = type(answer) == 'table' and (answer.err or 'script error') or tostring(answer)
   end

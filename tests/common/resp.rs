@@ -21,30 +21,48 @@ pub enum Reply {
 
 /// Sends one command and reads one non-array reply, or `None` if the node does not answer.
 pub async fn call(port: u16, args: &[&str]) -> Option<Reply> {
+    call_on(port, &[args]).await
+}
+
+/// [`call`] on a Cluster replica, which answers reads of its own data after `READONLY`.
+pub async fn call_replica(port: u16, args: &[&str]) -> Option<Reply> {
+    call_on(port, &[&["READONLY"], args]).await
+}
+
+/// Sends `commands` on one connection, one after the other, and reads the last one's reply.
+async fn call_on(port: u16, commands: &[&[&str]]) -> Option<Reply> {
     let attempt = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut buffer = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            if let Some(reply) = parse(&buffer) {
-                return Some(reply);
+        let mut reply = None;
+        for args in commands {
+            let mut request = format!("*{}\r\n", args.len());
+            for arg in *args {
+                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
             }
-            let read = stream.read(&mut chunk).await.ok()?;
-            if read == 0 {
-                return None;
-            }
-            buffer.extend_from_slice(&chunk[..read]);
+            stream.write_all(request.as_bytes()).await.ok()?;
+            reply = Some(read_reply(&mut stream).await?);
         }
+        reply
     };
     tokio::time::timeout(CALL_WITHIN, attempt)
         .await
         .ok()
         .flatten()
+}
+
+async fn read_reply(stream: &mut TcpStream) -> Option<Reply> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(reply) = parse(&buffer) {
+            return Some(reply);
+        }
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
 }
 
 fn parse(buffer: &[u8]) -> Option<Reply> {

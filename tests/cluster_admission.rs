@@ -1,0 +1,120 @@
+//! Admission of a Cluster group, slot by slot, against a real Redis Cluster with replicas: a
+//! slot whose admission fails (here: mid-migration, its marker gone) is reported, and the
+//! slots after it in the same script call still replicate their raised lock policy, or a
+//! replica promoted later would sit out too short a quarantine.
+
+mod common;
+
+use std::time::Duration;
+
+use common::resp::{Reply, call, call_replica, key_slot, text};
+use common::{connect, eventually, start_lab, temp_dir};
+use quorumlock::lab::{ClusterShape, LabSpec, NodeKind};
+use quorumlock::{AdmitOptions, protocol::Policy};
+
+/// How long a raised policy may take to reach a replica on a busy machine.
+const REPLICATED_WITHIN: Duration = Duration::from_secs(10);
+
+/// The tag the engine puts in front of a key of `slot`: the first text of one to three
+/// alphanumerics, in this order, that hashes to it.
+fn tag_of(slot: u16) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for length in 1..=3u32 {
+        for number in 0..ALPHABET.len().pow(length) {
+            let mut digits = Vec::new();
+            let mut rest = number;
+            for _ in 0..length {
+                digits.push(ALPHABET[rest % ALPHABET.len()]);
+                rest /= ALPHABET.len();
+            }
+            digits.reverse();
+            let tag = String::from_utf8(digits).expect("ascii");
+            if key_slot(&tag) == slot {
+                return tag;
+            }
+        }
+    }
+    panic!("no tag for slot {slot}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replicating() {
+    let dir = temp_dir();
+    let lab = start_lab(LabSpec {
+        groups: 3,
+        sentinels: 0,
+        replicas: 1,
+        cluster: Some(ClusterShape { shards: 2 }),
+        ..LabSpec::new(dir.path())
+    })
+    .await;
+    let status = lab.status().await;
+    let node = |shard: usize, kind: NodeKind| {
+        status
+            .iter()
+            .find(|node| node.group == Some(0) && node.shard == Some(shard) && node.kind == kind)
+            .map(|node| node.port)
+            .expect("g1 has the node")
+    };
+    let (primary, replica) = (node(0, NodeKind::Master), node(0, NodeKind::Replica));
+    let other = node(1, NodeKind::Master);
+    let other_id = text(other, &["CLUSTER", "MYID"]).await.expect("node id");
+
+    // Slot 0 of g1's first shard loses its admission marker and starts migrating away: the
+    // admission's write of its marker fails there ("non local key"), after the policy.
+    let marker = format!("{{{}}}ql:admission", tag_of(0));
+    assert_eq!(
+        call(primary, &["DEL", &marker]).await,
+        Some(Reply::Integer(1)),
+        "slot 0's marker is where the engine puts it"
+    );
+    assert_eq!(
+        call(
+            primary,
+            &["CLUSTER", "SETSLOT", "0", "MIGRATING", &other_id]
+        )
+        .await,
+        Some(Reply::Text("OK".into()))
+    );
+
+    let locks = connect(lab.topology()).await;
+    let raised = Policy {
+        max_ttl_ms: 90_000,
+        ..lab.spec().policy()
+    };
+    let admitted = locks
+        .admit(&AdmitOptions {
+            groups: vec!["g1".into()],
+            policy: raised,
+            delay: Duration::ZERO,
+            force: false,
+        })
+        .await
+        .expect("admit answers");
+    let error = admitted[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains("non local key"),
+        "slot 0 was admitted: {admitted:?}"
+    );
+
+    // Slot 1 came right after slot 0 in the same script call: its raised policy must reach
+    // the replica.
+    let policy = format!("{{{}}}ql:policy", tag_of(1));
+    let on_primary = text(primary, &["HGET", &policy, "max_ttl_ms"]).await;
+    assert_eq!(on_primary.as_deref(), Some("90000"));
+    let on_replica = || {
+        let policy = policy.clone();
+        async move { call_replica(replica, &["HGET", &policy, "max_ttl_ms"]).await }
+    };
+    let replicated = eventually(REPLICATED_WITHIN, || async {
+        on_replica().await == Some(Reply::Text("90000".into()))
+    })
+    .await;
+    assert!(
+        replicated,
+        "slot 1's raised policy never reached the replica: {:?}",
+        on_replica().await
+    );
+    let _ = call(primary, &["CLUSTER", "SETSLOT", "0", "STABLE"]).await;
+    locks.close().await;
+}
