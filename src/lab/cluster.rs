@@ -205,6 +205,10 @@ fn command_name(args: &[&str]) -> String {
 
 /// The call timeout of the client that admits a cluster lab's slots.
 const ADMIT_CALL_TIMEOUT_MS: u64 = 5_000;
+/// Tries of a cluster lab's admission, and the pause between two: a node marked failing
+/// under load comes back within a node timeout or two.
+const ADMIT_ATTEMPTS: usize = 10;
+const ADMIT_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Lab {
     fn cluster_shape(&self) -> Result<ClusterShape, LabError> {
@@ -640,26 +644,47 @@ impl Lab {
         let locks = crate::Locks::connect(topology)
             .await
             .map_err(|error| failed(error.to_string()))?;
-        let admitted = locks
-            .admit(&crate::AdmitOptions {
-                groups: Vec::new(),
-                policy: self.state.spec.policy(),
-                delay: std::time::Duration::ZERO,
-                force: false,
-            })
-            .await;
-        locks.close().await;
-        let admissions = admitted.map_err(|error| failed(error.to_string()))?;
-        match admissions.into_iter().find_map(|admission| {
-            let error = admission.error?;
-            Some(LabError::Admit {
-                node: admission.group,
-                reason: error,
-            })
-        }) {
-            Some(error) => Err(error),
-            None => Ok(()),
+        // Forced: the lab knows its nodes are new, and a retry meets slots the last try
+        // admitted. A loaded machine can have a node marked failing for a moment (the lab's
+        // node timeout is short), and the cluster refuses scripts until it is back.
+        let mut groups: Vec<String> = Vec::new();
+        let mut last_error = None;
+        for _ in 0..ADMIT_ATTEMPTS {
+            let admitted = locks
+                .admit(&crate::AdmitOptions {
+                    groups: groups.clone(),
+                    policy: self.state.spec.policy(),
+                    delay: std::time::Duration::ZERO,
+                    force: true,
+                })
+                .await;
+            let refused: Vec<crate::GroupAdmission> = match admitted {
+                Ok(admissions) => admissions
+                    .into_iter()
+                    .filter(|admission| admission.error.is_some())
+                    .collect(),
+                Err(error) => {
+                    last_error = Some(failed(error.to_string()));
+                    tokio::time::sleep(ADMIT_RETRY_DELAY).await;
+                    continue;
+                }
+            };
+            let Some(first) = refused.first() else {
+                locks.close().await;
+                return Ok(());
+            };
+            last_error = Some(LabError::Admit {
+                node: first.group.clone(),
+                reason: first.error.clone().unwrap_or_default(),
+            });
+            groups = refused
+                .into_iter()
+                .map(|admission| admission.group)
+                .collect();
+            tokio::time::sleep(ADMIT_RETRY_DELAY).await;
         }
+        locks.close().await;
+        Err(last_error.unwrap_or_else(|| failed("no admission was tried".to_string())))
     }
 
     /// Moves `slots` of a cluster lab's group from one shard's primary to another's (shards
