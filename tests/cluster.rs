@@ -275,8 +275,19 @@ async fn a_replica_the_cluster_promotes_sits_out_the_vote_and_the_engine_follows
         Some(Reply::Text("OK".into()))
     );
     let switched = Instant::now();
-    // The old primary redirects its slots to the new one; the engine reads the map again on
-    // that answer and asks the new primary, which has a history no vote has met.
+    // Until the old primary hears of the takeover it still takes writes: the write window,
+    // which the new primary's quarantine covers. Once it knows, it redirects its slots to
+    // the new primary; the engine reads the map again on that answer and asks the new
+    // primary, which has a history no vote has met.
+    assert!(
+        eventually(FOLLOWS_WITHIN, || async {
+            text(old, &["INFO", "replication"])
+                .await
+                .is_some_and(|info| info.contains("role:slave"))
+        })
+        .await,
+        "the old primary never heard of the takeover"
+    );
     let quarantined = loop {
         let votes = match fx.locks.acquire("after").ttl(500 * MS).await {
             Ok(lease) => {

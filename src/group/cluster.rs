@@ -309,7 +309,15 @@ impl Cluster {
                         .master
                         .eval::<Value>(script.each_slot(), Vec::new(), argv)
                         .await;
-                    replies.extend(per_slot(self.redirected(reply), chunk.len()));
+                    let reply = self.redirected(reply);
+                    if !matches!(reply, Reply::Answer(_)) {
+                        // A primary that did not answer one chunk is not asked for the
+                        // rest: each would wait out its own call timeout.
+                        let rest = tags.len() - replies.len();
+                        replies.extend(per_slot(reply, rest));
+                        break;
+                    }
+                    replies.extend(per_slot(reply, chunk.len()));
                 }
                 replies
             }
@@ -424,11 +432,20 @@ fn per_slot<R: FromValue>(reply: Reply<Value>, count: usize) -> Vec<Reply<R>> {
     }
 }
 
-/// Whether a failure is the cluster refusing to run the call where it was sent.
+/// Whether a failure is the cluster refusing to run the call where it was sent: `MOVED`,
+/// `ASK` or `TRYAGAIN` as the reply to the whole script call, which fred words as
+/// "<kind> Error: <reply>". A call's own error inside a batch that ran is the script's text,
+/// which never starts so. `CLUSTERDOWN` is not one: fred fails every command in flight on
+/// the connection with it, and some of them may have run. Anything not recognised counts as
+/// a call that may have run, so its grant is rolled back.
 fn redirection(message: &str) -> bool {
-    ["MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"]
+    let reply = match message.split_once(" Error: ") {
+        Some((kind, reply)) if !kind.contains(' ') => reply,
+        _ => return false,
+    };
+    ["MOVED ", "ASK ", "TRYAGAIN "]
         .iter()
-        .any(|word| message.contains(word))
+        .any(|word| reply.starts_with(word))
 }
 
 /// The arguments of a release script with the release channels at `channels` moved into
@@ -642,8 +659,11 @@ async fn read_view(builders: &Builders, host: &str, port: u16) -> Option<View> {
         .build()
         .ok()?;
     let limit = builders.topology.call_timeout() * 2;
+    // Aborted on every path when dropped, so a node that never answers (frozen) keeps no
+    // connection task behind.
+    let connection = AbortOnDropHandle::new(client.connect());
     let read = async {
-        let connection = client.init().await.ok()?;
+        client.wait_for_connect().await.ok()?;
         let info = client
             .custom::<String, _>(fred::cmd!("CLUSTER", blocking: false), vec!["INFO"])
             .await
@@ -652,14 +672,13 @@ async fn read_view(builders: &Builders, host: &str, port: u16) -> Option<View> {
             .custom::<Value, _>(fred::cmd!("CLUSTER", blocking: false), vec!["SLOTS"])
             .await
             .ok()?;
-        let _ = client.quit().await;
-        connection.abort();
         Some((info, slots))
     };
     let answer = tokio::time::timeout(limit, read).await.ok().flatten();
-    if answer.is_none() {
+    if answer.is_some() {
         let _ = tokio::time::timeout(limit, client.quit()).await;
     }
+    drop(connection);
     let (info, slots) = answer?;
     let field = |name: &str| {
         info.lines()
@@ -759,14 +778,21 @@ mod tests {
 
     #[test]
     fn redirections_are_told_apart_from_other_failures() {
-        assert!(redirection("MOVED 3999 127.0.0.1:6381"));
-        assert!(redirection("ASK 3999 127.0.0.1:6381"));
+        // As fred 10 words the error of a whole call.
+        assert!(redirection("Cluster Error: MOVED 3999 127.0.0.1:6381"));
+        assert!(redirection("Cluster Error: ASK 3999 127.0.0.1:6381"));
         assert!(redirection(
-            "TRYAGAIN Multiple keys request during rehashing of slot"
+            "Unknown Error: TRYAGAIN Multiple keys request during rehashing of slot"
         ));
-        assert!(redirection("CLUSTERDOWN The cluster is down"));
-        assert!(!redirection("NOSCRIPT No matching script"));
-        assert!(!redirection("Connection refused"));
+        // CLUSTERDOWN fails commands that may have run; a batched call's own error text
+        // (the script's) is never a redirection, whatever it says.
+        assert!(!redirection(
+            "Cluster Error: CLUSTERDOWN The cluster is down"
+        ));
+        assert!(!redirection("MOVED 3999 127.0.0.1:6381"));
+        assert!(!redirection("ERR user script: MOVED Error: MOVED 1 x"));
+        assert!(!redirection("Unknown Error: NOSCRIPT No matching script"));
+        assert!(!redirection("IO Error: Connection refused"));
     }
 
     #[test]
