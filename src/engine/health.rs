@@ -90,6 +90,21 @@ pub struct GroupHealth {
     pub unsafe_settings: Vec<String>,
 }
 
+impl Admission {
+    /// How far from voting: what speaks for a group whose parts (a Cluster group's
+    /// primaries) answer differently.
+    fn distance_from_voting(&self) -> u8 {
+        match self {
+            Admission::Voting => 0,
+            Admission::Unadmitted => 1,
+            Admission::Unknown => 2,
+            Admission::Quarantined { .. } => 3,
+            Admission::NoPolicy => 4,
+            Admission::Evicts { .. } => 5,
+        }
+    }
+}
+
 impl GroupHealth {
     /// Reachable and voting.
     pub fn votes(&self) -> bool {
@@ -173,7 +188,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
         Reply::Answer(text) => parse_replication(&text),
         _ => (None, Vec::new()),
     };
-    // A Cluster group's primaries each answer: the first that does not vote speaks for it.
+    // A Cluster group's primaries each answer: the one furthest from voting speaks for it.
     let admissions: Vec<(Admission, Option<Policy>)> = admission
         .into_iter()
         .map(|reply| match reply {
@@ -183,8 +198,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
         .collect();
     let (admission, policy) = admissions
         .iter()
-        .find(|(admission, _)| *admission != Admission::Voting)
-        .or(admissions.first())
+        .max_by_key(|(admission, _)| admission.distance_from_voting())
         .cloned()
         .unwrap_or((Admission::Unknown, None));
     let unsafe_settings = unsafe_settings(&admission, policy, &replicas, &config);

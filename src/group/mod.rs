@@ -529,13 +529,33 @@ impl Group {
         }
     }
 
-    /// The values of the configuration parameters `names` (`CONFIG GET`) on the master (a
-    /// Cluster group's first primary), within the per-call timeout.
+    /// The values of the configuration parameters `names` (`CONFIG GET`) on the master,
+    /// within the per-call timeout. A Cluster group answers, for each, the weakest value of
+    /// any of its primaries (see [`weakest`]), so one shard set unsafely shows.
     pub async fn config(&self, names: &[&str]) -> Reply<Vec<(String, String)>> {
-        match self.first_master() {
-            Some(master) => master.get().config(names).await,
-            None => Reply::NotSent(NO_PRIMARY),
+        let cluster = match &self.nodes {
+            Nodes::Master(master) => return master.config(names).await,
+            Nodes::Cluster(cluster) => cluster,
+        };
+        let shards = cluster.shards();
+        if shards.is_empty() {
+            return Reply::NotSent(NO_PRIMARY);
         }
+        let replies =
+            futures::future::join_all(shards.iter().map(|shard| shard.master.config(names))).await;
+        let mut merged: Vec<(String, String)> = Vec::new();
+        for reply in replies {
+            let Reply::Answer(values) = reply else {
+                return reply;
+            };
+            for (name, value) in values {
+                match merged.iter_mut().find(|(seen, _)| *seen == name) {
+                    Some((_, kept)) => *kept = weakest(&name, kept, &value),
+                    None => merged.push((name, value)),
+                }
+            }
+        }
+        Reply::Answer(merged)
     }
 
     /// `host:port` of the master the client is connected to now (every primary of a Cluster
@@ -653,6 +673,16 @@ impl Group {
 
 const NO_PRIMARY: &str = "no primary of the Cluster group is known yet";
 
+/// Of two primaries' values of one setting, the one that leaves the lock less safe: the
+/// fewer replicas a write needs, the longer lag or node timeout; the first for any other.
+fn weakest(name: &str, first: &str, second: &str) -> String {
+    match (first.parse::<u64>(), second.parse::<u64>()) {
+        (Ok(a), Ok(b)) if name == "min-replicas-to-write" => a.min(b).to_string(),
+        (Ok(a), Ok(b)) => a.max(b).to_string(),
+        _ => first.to_string(),
+    }
+}
+
 /// The master a health view reads: the group's own, or a Cluster primary held alive.
 enum FirstMaster<'g> {
     Own(&'g Master),
@@ -665,5 +695,18 @@ impl FirstMaster<'_> {
             FirstMaster::Own(master) => master,
             FirstMaster::Shard(shard) => &shard.master,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weakest;
+
+    #[test]
+    fn a_cluster_group_shows_its_weakest_primarys_settings() {
+        assert_eq!(weakest("min-replicas-to-write", "1", "0"), "0");
+        assert_eq!(weakest("min-replicas-max-lag", "1", "10"), "10");
+        assert_eq!(weakest("cluster-node-timeout", "15000", "500"), "15000");
+        assert_eq!(weakest("cluster-enabled", "yes", "yes"), "yes");
     }
 }
