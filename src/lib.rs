@@ -1,7 +1,7 @@
 //! quorumlock: majority-backed distributed locks over independent Redis master groups.
 //!
 //! A lock is granted only when a majority of N (usually five) independent Redis master
-//! groups agree, each group a master with replicas watched by Sentinel. Every lease carries a
+//! groups agree, each group a master with replicas watched by Sentinel, or a Redis Cluster. Every lease carries a
 //! fencing token that grows from one holder to the next, so storage that checks it rejects
 //! writes from a holder whose lease ran out while it was paused.
 //!
@@ -23,8 +23,9 @@
 //! - `engine/`: acquire / extend / release with validity and fencing, leases and keepalive,
 //!   the vote and its one majority rule, waiters, and the status and health views. Its public
 //!   types are re-exported here, once.
-//! - `group/`: one master group: its fred client and per-call timeout, group commit, the
-//!   `lua/` scripts by SHA, the Sentinel watch, connecting, diagnosis, ACL and TLS.
+//! - `group/`: one group, a master or a Redis Cluster: its fred clients and per-call timeout,
+//!   the slot map, group commit, the `lua/` scripts by SHA, the Sentinel watch, release
+//!   subscribers, connecting, diagnosis, ACL and TLS.
 //! - `cli/` (feature `cli`): the `quorumlock` command; the binary's `main.rs` only calls it.
 //! - [`mcp`] (feature `mcp`): the MCP server for agents (stdio, streamable HTTP with bearer auth).
 //! - [`lab`] (feature `tools`): a local topology of real `redis-server` masters, replicas and

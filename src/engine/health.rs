@@ -255,10 +255,11 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
     (admission, policy)
 }
 
-/// The settings of a master that break an assumption of docs/safety.md.
 /// What a Cluster primary's write window must add to its node timeout: it notices that it
 /// lost most of its cluster in its cron, ten times a second, and then refuses writes.
 const CLUSTER_WINDOW_MARGIN_MS: u64 = 1_000;
+
+/// The settings of a master that break an assumption of docs/safety.md.
 
 fn unsafe_settings(
     admission: &Admission,

@@ -333,7 +333,6 @@ pub(crate) fn lifetime(ttl: Duration, drift_factor: f64) -> Duration {
 }
 
 impl Engine {
-    /// The keys of one resource.
     /// The keys of a set of resources (see [`LeaseKeys::set`]). A set of several is refused
     /// when a group is a Redis Cluster: its resources live in slots of their own, and a
     /// Cluster primary runs a script on one slot.
@@ -354,6 +353,7 @@ impl Engine {
         Ok(keys)
     }
 
+    /// The keys of one resource.
     pub fn resource_keys(&self, resource: &str) -> ResourceKeys {
         ResourceKeys::new(&self.topology.key_prefix, resource)
     }

@@ -607,7 +607,8 @@ async fn refresh(
             *slot = Arc::new(SlotMap { shards, owners });
         }
         changes.send_modify(|count| *count += 1);
-        // Primaries no longer in the map: closed once no call holds them.
+        // Primaries no longer in the map: closed now; a call still on one fails like a call
+        // to a node that went away.
         for (_, gone) in by_address {
             tokio::spawn(async move { gone.master.quit().await });
         }

@@ -1,8 +1,10 @@
-//! One master group: its fred client (found through Sentinel, or a plain address), the
-//! per-call timeout that keeps a dead or frozen master from stalling a call, and script calls
-//! by SHA with a transparent reload on NOSCRIPT.
+//! One group: a master (found through Sentinel, or a plain address) or a Redis Cluster (a
+//! master per primary, routed by hash slot), the per-call timeout that keeps a dead or
+//! frozen master from stalling a call, and script calls by SHA with a transparent reload on
+//! NOSCRIPT.
 //!
-//! Everything that talks to one group lives in this folder: group commit (`batch`), the
+//! Everything that talks to one group lives in this folder: `master` (one client and its
+//! lane), `cluster` (the slot map) and `slots` (hash slots and tags), group commit (`batch`), the
 //! scripts, the Sentinel watch, release subscribers (`subscriber`, and `sharded` for Cluster
 //! groups), connecting and diagnosing, ACL and TLS. A group answers each
 //! call with a [`reply::Reply`]; it knows nothing of votes or majorities.
@@ -475,7 +477,9 @@ impl Group {
         }
     }
 
-    /// Whether this group's queue refuses new grants now (the client is overloaded).
+    /// Whether this group's queue refuses new grants now (the client is overloaded). A
+    /// Cluster group's primaries each refuse on their own, so the group as a whole never
+    /// does here.
     pub fn overloaded(&self) -> bool {
         match &self.nodes {
             Nodes::Master(master) => master.overloaded(),

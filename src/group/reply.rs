@@ -14,8 +14,10 @@ pub(crate) enum Reply<T> {
     Timeout,
     /// The call failed (connection refused or closed, server error): outcome unknown.
     Failed(String),
-    /// The call was never sent, for the reason given: it waited in the client's queue for its
-    /// whole timeout, or the queue was full. Nothing was applied.
+    /// The call was never sent, or a Cluster node refused to run it there, for the reason
+    /// given: it waited in the client's queue for its whole timeout, the queue was full, no
+    /// primary owns its slot, its resources span slots, or the node answered `MOVED`, `ASK`
+    /// or `TRYAGAIN`. Nothing was applied.
     NotSent(&'static str),
 }
 
