@@ -260,7 +260,6 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
 const CLUSTER_WINDOW_MARGIN_MS: u64 = 1_000;
 
 /// The settings of a master that break an assumption of docs/safety.md.
-
 fn unsafe_settings(
     admission: &Admission,
     policy: Option<Policy>,
