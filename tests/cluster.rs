@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::resp::{Reply, call, key_slot, text};
+use common::resp::{Reply, array, call, key_slot, text};
 use common::{connect, eventually, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
 use quorumlock::{Error, GroupVote, Locks, Topology, Vote};
@@ -175,58 +175,20 @@ async fn keys(port: u16, pattern: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut cursor = "0".to_string();
     loop {
-        let Some(page) = scan(port, &cursor, pattern).await else {
+        let scan = ["SCAN", &cursor, "MATCH", pattern, "COUNT", "1000"];
+        // `*2 $cursor *n $key...`, flattened: the cursor, then the keys.
+        let Some(page) = array(port, &scan).await else {
             return found;
         };
-        found.extend(page.1);
-        cursor = page.0;
+        let Some((next, keys)) = page.split_first() else {
+            return found;
+        };
+        found.extend_from_slice(keys);
+        cursor = next.clone();
         if cursor == "0" {
             return found;
         }
     }
-}
-
-/// One SCAN page: the next cursor and the keys, read from the raw reply.
-async fn scan(port: u16, cursor: &str, pattern: &str) -> Option<(String, Vec<String>)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let args = ["SCAN", cursor, "MATCH", pattern, "COUNT", "1000"];
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-    }
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(page) = parse_scan(&buffer) {
-            return Some(page);
-        }
-        let read = stream.read(&mut chunk).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..read]);
-    }
-}
-
-/// `*2 $cursor *n $key...`, once all of it arrived.
-fn parse_scan(buffer: &[u8]) -> Option<(String, Vec<String>)> {
-    let mut lines = Vec::new();
-    let mut at = 0;
-    while let Some(end) = buffer[at..].windows(2).position(|pair| pair == b"\r\n") {
-        lines.push(String::from_utf8_lossy(&buffer[at..at + end]).into_owned());
-        at += end + 2;
-    }
-    // *2, $len, cursor, *n, then $len and key for each.
-    let count: usize = lines.get(3)?.strip_prefix('*')?.parse().ok()?;
-    if lines.len() < 4 + 2 * count {
-        return None;
-    }
-    let keys = (0..count).map(|i| lines[5 + 2 * i].clone()).collect();
-    Some((lines[2].clone(), keys))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,67 +341,6 @@ async fn subscribed_in_every_group(lab: &Lab, groups: usize, resource: &str) -> 
         }
     }
     true
-}
-
-/// Sends one command and reads an array reply of strings and integers (integers as text).
-async fn array(port: u16, args: &[&str]) -> Option<Vec<String>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let attempt = async {
-        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut buffer = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            if let Some(items) = parse_array(&buffer) {
-                return items;
-            }
-            let read = stream.read(&mut chunk).await.ok()?;
-            if read == 0 {
-                return None;
-            }
-            buffer.extend_from_slice(&chunk[..read]);
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(1), attempt)
-        .await
-        .ok()
-        .flatten()
-}
-
-/// `*n` then n bulk strings or integers, once all of it arrived: `Some(None)` for a reply
-/// that is not such an array.
-fn parse_array(buffer: &[u8]) -> Option<Option<Vec<String>>> {
-    let mut lines = Vec::new();
-    let mut at = 0;
-    while let Some(end) = buffer[at..].windows(2).position(|pair| pair == b"\r\n") {
-        lines.push(String::from_utf8_lossy(&buffer[at..at + end]).into_owned());
-        at += end + 2;
-    }
-    let Some(count) = lines.first()?.strip_prefix('*') else {
-        return Some(None);
-    };
-    let count: usize = count.parse().ok()?;
-    let mut items = Vec::with_capacity(count);
-    let mut line = 1;
-    while items.len() < count {
-        let head = lines.get(line)?;
-        if let Some(integer) = head.strip_prefix(':') {
-            items.push(integer.to_string());
-            line += 1;
-        } else if head.starts_with('$') {
-            items.push(lines.get(line + 1)?.clone());
-            line += 2;
-        } else {
-            return Some(None);
-        }
-    }
-    Some(Some(items))
 }
 
 /// A waiter on Cluster groups is woken by the release: retries are 10 s apart, so only the

@@ -50,6 +50,69 @@ async fn call_on(port: u16, commands: &[&[&str]]) -> Option<Reply> {
         .flatten()
 }
 
+/// Sends one command and reads an array reply, nested arrays flattened, of strings and
+/// integers (integers as text); `None` if the node does not answer or answers no array.
+pub async fn array(port: u16, args: &[&str]) -> Option<Vec<String>> {
+    let attempt = async {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes()).await.ok()?;
+        let mut buffer = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(items) = parse_array(&buffer) {
+                return items;
+            }
+            let read = stream.read(&mut chunk).await.ok()?;
+            if read == 0 {
+                return None;
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+        }
+    };
+    tokio::time::timeout(CALL_WITHIN, attempt)
+        .await
+        .ok()
+        .flatten()
+}
+
+/// `*n` then n items (bulk strings, integers, or arrays, whose items count in their place),
+/// once all of it arrived: `Some(None)` for a reply that is not such an array.
+fn parse_array(buffer: &[u8]) -> Option<Option<Vec<String>>> {
+    let mut lines = Vec::new();
+    let mut at = 0;
+    while let Some(end) = buffer[at..].windows(2).position(|pair| pair == b"\r\n") {
+        lines.push(String::from_utf8_lossy(&buffer[at..at + end]).into_owned());
+        at += end + 2;
+    }
+    let Some(count) = lines.first()?.strip_prefix('*') else {
+        return Some(None);
+    };
+    let mut left: usize = count.parse().ok()?;
+    let mut items = Vec::with_capacity(left);
+    let mut line = 1;
+    while left > 0 {
+        let head = lines.get(line)?;
+        left -= 1;
+        if let Some(nested) = head.strip_prefix('*') {
+            left += nested.parse::<usize>().ok()?;
+            line += 1;
+        } else if let Some(integer) = head.strip_prefix(':') {
+            items.push(integer.to_string());
+            line += 1;
+        } else if head.starts_with('$') {
+            items.push(lines.get(line + 1)?.clone());
+            line += 2;
+        } else {
+            return Some(None);
+        }
+    }
+    Some(Some(items))
+}
+
 async fn read_reply(stream: &mut TcpStream) -> Option<Reply> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
