@@ -264,7 +264,9 @@ fn cluster_conf(spec: &LabSpec, slot: &Slot, node_dir: &Path, cluster: ClusterPo
          cluster-announce-ip 127.0.0.1\n\
          cluster-node-timeout {}\n\
          # A replica takes over however long it was cut off: the lab wants failovers to happen.\n\
-         cluster-replica-validity-factor 0\n",
+         cluster-replica-validity-factor 0\n\
+         # The slots of the other shards stay served while one shard has no primary.\n\
+         cluster-require-full-coverage no\n",
         cluster.bus, spec.down_after_ms
     ));
     conf
