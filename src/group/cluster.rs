@@ -179,6 +179,15 @@ impl Cluster {
         })
     }
 
+    /// The primary that owns `slot` now; with none, the map is read again soon.
+    fn routed(&self, slot: HashSlot) -> Option<Arc<Shard>> {
+        let owner = self.owner(slot);
+        if owner.is_none() {
+            self.reread();
+        }
+        owner
+    }
+
     /// The primaries known now.
     pub fn shards(&self) -> Vec<Arc<Shard>> {
         self.current().shards.clone()
@@ -206,8 +215,7 @@ impl Cluster {
         let Some(slot) = call.hash_slot else {
             return Reply::NotSent(NOT_ONE_SLOT);
         };
-        let Some(shard) = self.owner(slot) else {
-            self.reread();
+        let Some(shard) = self.routed(slot) else {
             return Reply::NotSent(NO_OWNER);
         };
         let args = match call.script {
@@ -243,8 +251,7 @@ impl Cluster {
         keys: &[Key],
         args: Vec<Value>,
     ) -> Reply<R> {
-        let Some(shard) = self.owner(slot) else {
-            self.reread();
+        let Some(shard) = self.routed(slot) else {
             return Reply::NotSent(NO_OWNER);
         };
         let reply = shard.master.eval(script, move_keys(slot, keys), args).await;
@@ -336,8 +343,7 @@ impl Cluster {
 
     /// The string at `key` moved into `slot`.
     pub async fn get(&self, slot: HashSlot, key: &str) -> Reply<Option<String>> {
-        let Some(shard) = self.owner(slot) else {
-            self.reread();
+        let Some(shard) = self.routed(slot) else {
             return Reply::NotSent(NO_OWNER);
         };
         let moved = String::from_utf8_lossy(&slot.key(key.as_bytes())).into_owned();
