@@ -15,31 +15,32 @@
 -- A master that may evict keys (maxmemory set, with a policy other than noeviction) could
 -- drop a live lock or a fence with no change of history, so it does not vote at all.
 -- admission(marker, policy) answers nil when the master may vote, else the reply that
--- refuses the vote: {3, ms_left} quarantined, {4} no policy, or {6, maxmemory_policy}. The
--- answer is kept for the rest of the script run, so a batch of lock calls (batch.lua) reads
--- it once; so is policy_max_ttl, the longest TTL the master grants.
-local admission_answer
+-- refuses the vote: {3, ms_left} quarantined, {4} no policy, or {6, maxmemory_policy}. It
+-- sets policy_max_ttl, the longest TTL the master grants. Both are kept per marker for the
+-- rest of the script run, so a batch of lock calls (batch.lua) reads each once. A Cluster
+-- primary has a marker and a policy per slot, and its batches mix slots.
+local admission_answers = {}
+local policy_ttls = {}
 local policy_max_ttl
-local function admission(marker, policy_key)
-  if admission_answer ~= nil then
-    return admission_answer or nil
-  end
-  local info = redis.call('INFO', 'replication', 'memory')
-  local eviction = eviction_policy(info)
+local info_reply
+local now
+local function admission_of(marker, policy_key)
+  info_reply = info_reply or redis.call('INFO', 'replication', 'memory')
+  local eviction = eviction_policy(info_reply)
   if eviction then
-    admission_answer = {6, eviction}
-    return admission_answer
+    return {6, eviction}
   end
   local policy = redis.call('HMGET', policy_key, 'max_ttl_ms', 'write_window_ms')
   policy_max_ttl = tonumber(policy[1])
   if not policy_max_ttl then
-    admission_answer = {4}
-    return admission_answer
+    return {4}
   end
   local window = tonumber(policy[2]) or 0
-  local history = info_field(info, 'master_replid')
-  local clock = redis.call('TIME')
-  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local history = info_field(info_reply, 'master_replid')
+  if not now then
+    local clock = redis.call('TIME')
+    now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  end
   local admitted = redis.call('HMGET', marker, 'history', 'vote_from', 'since')
   local left
   if admitted[1] ~= history then
@@ -61,9 +62,17 @@ local function admission(marker, policy_key)
     left = vote_from - now
   end
   if left > 0 then
-    admission_answer = {3, left}
-    return admission_answer
+    return {3, left}
   end
-  admission_answer = false
   return nil
+end
+local function admission(marker, policy_key)
+  local answer = admission_answers[marker]
+  if answer == nil then
+    answer = admission_of(marker, policy_key) or false
+    admission_answers[marker] = answer
+    policy_ttls[marker] = policy_max_ttl
+  end
+  policy_max_ttl = policy_ttls[marker]
+  return answer or nil
 end

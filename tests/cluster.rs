@@ -191,6 +191,233 @@ async fn keys(port: u16, pattern: &str) -> Vec<String> {
     }
 }
 
+/// How many script calls (`EVALSHA`) the node at `port` has run.
+async fn script_calls(port: u16) -> u64 {
+    let stats = text(port, &["INFO", "commandstats"])
+        .await
+        .unwrap_or_default();
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_primary_carries_the_lock_calls_of_many_slots_in_one_script_call() {
+    let fx = cluster_lab(3, 1, 0).await;
+    let primaries = primaries(&fx.lab, 0).await;
+    let [primary] = primaries[..] else {
+        panic!("one primary per group: {primaries:?}");
+    };
+    let names: Vec<String> = (0..64).map(|n| format!("batch:{n}")).collect();
+    let slots: std::collections::BTreeSet<u16> = names.iter().map(|n| key_slot(n)).collect();
+    assert!(
+        slots.len() > 60,
+        "the names spread over slots: {}",
+        slots.len()
+    );
+
+    // All at once: the first call finds the lane idle, the others queue behind it.
+    let before = script_calls(primary).await;
+    let leases = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
+    )
+    .await;
+    let sent = script_calls(primary).await - before;
+    let leases: Vec<_> = leases
+        .into_iter()
+        .zip(&names)
+        .map(|(lease, name)| lease.unwrap_or_else(|error| panic!("{name}: {error}")))
+        .collect();
+    assert!(
+        sent <= 16,
+        "64 grants of {} slots took {sent} script calls on one primary",
+        slots.len()
+    );
+    let status = fx.locks.status("batch:7").await.expect("status");
+    assert!(status.holder.is_some(), "{status:?}");
+
+    let before = script_calls(primary).await;
+    let released = futures::future::join_all(leases.into_iter().map(|lease| lease.release())).await;
+    let sent = script_calls(primary).await - before;
+    for (release, name) in released.into_iter().zip(&names) {
+        release.unwrap_or_else(|error| panic!("{name}: {error}"));
+    }
+    assert!(
+        sent <= 16,
+        "64 releases took {sent} script calls on one primary"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
+    let fx = cluster_lab(3, 1, 0).await;
+    let [primary] = primaries(&fx.lab, 0).await[..] else {
+        panic!("one primary per group");
+    };
+    // g0 holds the slot of `batch:40` out of the vote; its other slots stay admitted.
+    let quarantined = key_slot("batch:40");
+    let marker = keys(primary, "*ql:admission")
+        .await
+        .into_iter()
+        .find(|key| tag_slot(key) == Some(quarantined))
+        .expect("an admission marker in every slot");
+    let far_future = "99999999999999";
+    assert_eq!(
+        call(primary, &["HSET", &marker, "vote_from", far_future]).await,
+        Some(Reply::Integer(0))
+    );
+
+    let names: Vec<String> = (0..64).map(|n| format!("batch:{n}")).collect();
+    let leases = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
+    )
+    .await;
+    // The calls went out together; g0 grants `batch:41` and never `batch:40`.
+    let lock_on_g0 = |name: &str| {
+        let pattern = format!("*ql:{{{name}}}:lock");
+        async move { !keys(primary, &pattern).await.is_empty() }
+    };
+    assert!(eventually(10 * FOLLOWS_WITHIN, || lock_on_g0("batch:41")).await);
+    assert!(!lock_on_g0("batch:40").await, "a quarantined slot granted");
+    for (lease, name) in leases.into_iter().zip(&names) {
+        let lease = lease.unwrap_or_else(|error| panic!("{name}: {error}"));
+        if name == "batch:40" {
+            assert!(
+                matches!(
+                    vote_of(lease.votes(), "g1"),
+                    Vote::Quarantined { .. } | Vote::NotAwaited
+                ),
+                "{:?}",
+                lease.votes()
+            );
+        }
+        lease.release().await.expect("released");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side() {
+    let fx = cluster_lab(3, 2, 0).await;
+    let status = fx.lab.status().await;
+    let primary_of = |shard: usize| {
+        status
+            .iter()
+            .find(|node| {
+                node.group == Some(0) && node.shard == Some(shard) && node.kind == NodeKind::Master
+            })
+            .map(|node| node.port)
+            .expect("g1 has the shard")
+    };
+    let names: Vec<String> = (0..64).map(|n| format!("moving:{n}")).collect();
+    let mut on_source = Vec::new();
+    for name in &names {
+        let shard = fx
+            .lab
+            .shard_serving(0, key_slot(name))
+            .await
+            .expect("served");
+        if shard == 0 {
+            on_source.push(name.clone());
+        }
+    }
+    // The last of g1's first shard moves; the one before it shows when the batch ran.
+    let [.., witness, moving] = &on_source[..] else {
+        panic!("too few names on one shard: {on_source:?}");
+    };
+    let slot = key_slot(moving).to_string();
+    let (source, target) = (primary_of(0), primary_of(1));
+    let holder = fx
+        .locks
+        .acquire(moving)
+        .ttl(30_000 * MS)
+        .await
+        .expect("granted before the move");
+
+    // Its slot starts moving, and its lock key (only) reaches the target first.
+    let id = |port: u16| async move { text(port, &["CLUSTER", "MYID"]).await.expect("node id") };
+    let (source_id, target_id) = (id(source).await, id(target).await);
+    let ok = Some(Reply::Text("OK".into()));
+    let importing = ["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id];
+    assert_eq!(call(target, &importing).await, ok);
+    let migrating = ["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id];
+    assert_eq!(call(source, &migrating).await, ok);
+    let lock_pattern = format!("*ql:{{{moving}}}:lock");
+    let [lock] = &keys(source, &lock_pattern).await[..] else {
+        panic!("the lock of {moving} is on the source");
+    };
+    let target_port = target.to_string();
+    let migrate = [
+        "MIGRATE",
+        "127.0.0.1",
+        &target_port,
+        "",
+        "0",
+        "5000",
+        "KEYS",
+        lock,
+    ];
+    assert_eq!(call(source, &migrate).await, ok);
+    let fence = lock.replace(":lock", ":fence");
+    let fence_before = text(source, &["GET", &fence]).await;
+    assert!(fence_before.is_some(), "the fence stays on the source");
+
+    // Everything at once, the moving resource last: its call to g1 goes out in a batch.
+    let attempts = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
+    )
+    .await;
+    let witness_pattern = format!("*ql:{{{witness}}}:lock");
+    let ran = eventually(FOLLOWS_WITHIN, || {
+        let pattern = witness_pattern.clone();
+        async move { !keys(source, &pattern).await.is_empty() }
+    })
+    .await;
+    assert!(ran, "the batch never reached the source");
+    // The source has the fence but not the lock: it never reads the lock as free.
+    assert!(
+        keys(source, &lock_pattern).await.is_empty(),
+        "granted on the source"
+    );
+    assert_eq!(text(source, &["GET", &fence]).await, fence_before);
+    let on_target = text_asking(target, lock).await.unwrap_or_default();
+    assert!(
+        on_target.starts_with(holder.token()),
+        "the moved lock changed: {on_target:?}"
+    );
+    for (attempt, name) in attempts.into_iter().zip(&names) {
+        match attempt {
+            Ok(lease) if name != moving => {
+                lease.release().await.expect("released");
+            }
+            Err(Error::Held { .. }) if name == moving => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+}
+
+/// The string at `key` on a node importing its slot.
+async fn text_asking(port: u16, key: &str) -> Option<String> {
+    match common::resp::call_asking(port, &["GET", key]).await? {
+        Reply::Text(text) => Some(text),
+        _ => None,
+    }
+}
+
+/// The slot of a key that starts with a `{T}` slot tag.
+fn tag_slot(key: &str) -> Option<u16> {
+    let tag = key.strip_prefix('{')?.split_once('}')?.0;
+    Some(key_slot(tag))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_of_several_resources_is_refused_on_cluster_groups_naming_the_field() {
     let fx = cluster_lab(3, 1, 0).await;

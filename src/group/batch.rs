@@ -6,7 +6,7 @@
 //! lone caller nothing; a renewal waits a moment there for others to join it. Under load one
 //! script call (one read, one reply, one admission check, one replicated transaction) carries
 //! many locks. Calls stay in arrival order on the master, so a rollback always runs after the
-//! grant it undoes.
+//! grant it undoes. A Cluster primary's batch mixes the slots it serves (see [`Batching`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,13 +95,15 @@ pub(crate) struct Call {
     pub hash_slot: Option<HashSlot>,
 }
 
-/// Which calls one script call may carry together.
+/// How a batch names its calls' keys to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Batching {
-    /// Any: the master holds every key.
-    Mixed,
-    /// Only calls of one hash slot: a Cluster primary refuses a script whose keys span slots.
-    PerSlot,
+    /// As the script's keys: a master holds every key.
+    Declared,
+    /// Among its arguments: a Cluster primary refuses a script whose declared keys span
+    /// slots, but lets one without flags touch any key of a slot it serves. One batch then
+    /// carries the calls of every slot of the primary.
+    Undeclared,
 }
 
 /// The script's answer, and (`replica_acks` > 0, a batch with an acquire) how many replicas
@@ -293,21 +295,8 @@ impl Lane {
             let batch: Vec<Queued> = {
                 let mut state = self.state();
                 let mut batch: Vec<Queued> = Vec::new();
-                // Per slot, the calls of other slots keep their place for the next batch; the
-                // order that matters, a rollback after its grant, is within one resource.
-                let mut at = 0;
-                while batch.len() < MAX_BATCH && at < state.queue.len() {
-                    let joins = match (self.batching, batch.first()) {
-                        (Batching::PerSlot, Some(first)) => {
-                            state.queue[at].call.hash_slot == first.call.hash_slot
-                        }
-                        _ => true,
-                    };
-                    if !joins {
-                        at += 1;
-                        continue;
-                    }
-                    let Some(queued) = state.queue.remove(at) else {
+                while batch.len() < MAX_BATCH {
+                    let Some(queued) = state.queue.pop_front() else {
                         break;
                     };
                     // Its caller gave up on it at its timeout, knows it was never sent, and has
@@ -345,7 +334,7 @@ impl Lane {
         let (script, keys, args) = match calls.as_slice() {
             [call] => (call.script.single(), call.keys.clone(), call.args.clone()),
             _ => {
-                let (keys, args) = pack(&calls);
+                let (keys, args) = pack(&calls, self.batching);
                 (&*scripts::BATCH, keys.into(), args.into())
             }
         };
@@ -405,17 +394,34 @@ fn linger(call: &Call, call_timeout: Duration) -> Option<Duration> {
 }
 
 /// The keys and arguments of `lua/batch.lua` for `calls`.
-fn pack(calls: &[Call]) -> (Vec<Key>, Vec<Value>) {
+fn pack(calls: &[Call], batching: Batching) -> (Vec<Key>, Vec<Value>) {
     let key_count = calls.iter().map(|call| call.keys.len()).sum();
-    let arg_count = calls.iter().map(|call| call.args.len() + 3).sum::<usize>() + 1;
-    let mut keys = Vec::with_capacity(key_count);
-    let mut args = Vec::with_capacity(arg_count);
+    let arg_count = calls.iter().map(|call| call.args.len() + 3).sum::<usize>() + 2;
+    let mut keys = Vec::new();
+    let mut args = Vec::new();
+    let form = match batching {
+        Batching::Declared => {
+            keys.reserve(key_count);
+            args.reserve(arg_count);
+            "declared"
+        }
+        Batching::Undeclared => {
+            args.reserve(arg_count + key_count);
+            "undeclared"
+        }
+    };
     args.push(Value::from(calls.len() as i64));
+    args.push(Value::from(form));
     for call in calls {
         args.push(Value::from(call.script.name()));
         args.push(Value::from(call.keys.len() as i64));
         args.push(Value::from(call.args.len() as i64));
-        keys.extend(call.keys.iter().cloned());
+        match batching {
+            Batching::Declared => keys.extend(call.keys.iter().cloned()),
+            Batching::Undeclared => {
+                args.extend(call.keys.iter().map(|key| Value::from(key.clone())))
+            }
+        }
         args.extend(call.args.iter().cloned());
     }
     (keys, args)
@@ -460,8 +466,7 @@ mod tests {
         assert_eq!(linger(&extend(5_000), Duration::from_millis(3)), None);
     }
 
-    #[test]
-    fn pack_lays_out_what_batch_lua_reads() {
+    fn acquire_and_release() -> [Call; 2] {
         let acquire = Call {
             script: LockScript::Acquire,
             keys: vec!["l".into(), "f".into(), "a".into()].into(),
@@ -474,11 +479,20 @@ mod tests {
             args: Vec::new().into(),
             hash_slot: None,
         };
-        let (keys, args) = pack(&[acquire, release]);
-        let keys: Vec<String> = keys.iter().map(|k| k.as_str_lossy().to_string()).collect();
-        assert_eq!(keys, ["l", "f", "a", "l2"]);
+        [acquire, release]
+    }
+
+    fn texts(keys: &[Key]) -> Vec<String> {
+        keys.iter().map(|k| k.as_str_lossy().to_string()).collect()
+    }
+
+    #[test]
+    fn pack_lays_out_what_batch_lua_reads() {
+        let (keys, args) = pack(&acquire_and_release(), Batching::Declared);
+        assert_eq!(texts(&keys), ["l", "f", "a", "l2"]);
         let expected: Vec<Value> = vec![
             Value::from(2_i64),
+            Value::from("declared"),
             Value::from("acquire"),
             Value::from(3_i64),
             Value::from(2_i64),
@@ -487,6 +501,29 @@ mod tests {
             Value::from("release"),
             Value::from(1_i64),
             Value::from(0_i64),
+        ];
+        assert_eq!(args, expected);
+    }
+
+    #[test]
+    fn an_undeclared_batch_carries_each_calls_keys_before_its_arguments() {
+        let (keys, args) = pack(&acquire_and_release(), Batching::Undeclared);
+        assert!(keys.is_empty());
+        let expected: Vec<Value> = vec![
+            Value::from(2_i64),
+            Value::from("undeclared"),
+            Value::from("acquire"),
+            Value::from(3_i64),
+            Value::from(2_i64),
+            Value::from(Key::from("l")),
+            Value::from(Key::from("f")),
+            Value::from(Key::from("a")),
+            Value::from("t"),
+            Value::from(10_i64),
+            Value::from("release"),
+            Value::from(1_i64),
+            Value::from(0_i64),
+            Value::from(Key::from("l2")),
         ];
         assert_eq!(args, expected);
     }

@@ -631,7 +631,7 @@ async fn connect_shard(builders: &Builders, address: &str) -> Option<Arc<Shard>>
         &builders.transport,
         &builders.topology,
         builders.diagnosis.clone(),
-        Batching::PerSlot,
+        Batching::Undeclared,
     )
     .map_err(|error| {
         tracing::warn!(group = %builders.name, address, %error, "cannot build a client for a Cluster primary");

@@ -308,7 +308,7 @@ impl Group {
             transport,
             topology,
             diagnosis.clone(),
-            Batching::Mixed,
+            Batching::Declared,
         )
         .map_err(|error| SetupError::Client {
             group: config.name.clone(),

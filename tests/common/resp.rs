@@ -8,8 +8,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub const CALL_WITHIN: Duration = Duration::from_millis(500);
-/// Detection (the 500 ms node timeout), the vote and the replica's election delay, with room
-/// for two busy cores.
 /// A reply as the test needs it: simple and bulk strings as text, errors with their `-`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
@@ -27,6 +25,11 @@ pub async fn call(port: u16, args: &[&str]) -> Option<Reply> {
 /// [`call`] on a Cluster replica, which answers reads of its own data after `READONLY`.
 pub async fn call_replica(port: u16, args: &[&str]) -> Option<Reply> {
     call_on(port, &[&["READONLY"], args]).await
+}
+
+/// [`call`] after `ASKING`, which a node importing a slot needs to answer for its keys.
+pub async fn call_asking(port: u16, args: &[&str]) -> Option<Reply> {
+    call_on(port, &[&["ASKING"], args]).await
 }
 
 /// Sends `commands` on one connection, one after the other, and reads the last one's reply.
