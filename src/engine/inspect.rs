@@ -3,7 +3,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use fred::prelude::{ClientLike, KeysInterface, Options};
+use fred::clients::WithOptions;
+use fred::prelude::{Client, ClientLike, KeysInterface, Options};
 use fred::types::Value;
 use serde::Serialize;
 
@@ -13,11 +14,11 @@ use crate::engine::locks::{Locks, OwnerRecord};
 use crate::engine::resource::{ResourceKeys, validate_resource};
 use crate::engine::semaphore::{PermitHolder, SemaphoreStatus};
 use crate::engine::vote::{GroupVote, Vote};
-use crate::group::SlotKeys;
 use crate::group::reply::Reply;
 use crate::group::reply::text;
 use crate::group::scripts;
-use crate::group::slots::HashSlot;
+use crate::group::slots::{HashSlot, SLOTS};
+use crate::group::{Group, SlotKeys};
 
 /// One group's view of one lock.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -188,6 +189,86 @@ const LOCKS_PER_READ: usize = 100;
 const READS_IN_FLIGHT: usize = 4;
 /// Keys one SCAN call of a listing looks at (MATCH filters them after).
 const SCAN_COUNT: u32 = 1000;
+/// Hash slots one batch of a Cluster group's walk reads: one script call per primary that
+/// serves some of them, all at once.
+const SLOTS_PER_BATCH: u16 = 256;
+
+/// How a group's keys are walked.
+enum Walker {
+    /// A master's: with SCAN, on the client with the per-call timeout.
+    Scan(WithOptions<Client>),
+    /// A Cluster group's: slot by slot, each on the primary that serves it now.
+    Slots,
+}
+
+impl Walker {
+    /// Whether a walk of this kind resumes from `at`: a cursor of a group that was of the
+    /// other kind when the page before was taken does not.
+    fn resumes(&self, at: &Resume) -> bool {
+        matches!(
+            (self, at),
+            (_, Resume::Start)
+                | (Walker::Scan(_), Resume::Scan(_))
+                | (Walker::Slots, Resume::Slot(_))
+        )
+    }
+}
+
+/// One batch of a walk: the keys it met (without a Cluster slot tag), and where the next
+/// batch starts (`None` after the last).
+struct Batch {
+    next: Option<Resume>,
+    keys: Vec<String>,
+}
+
+/// The SCAN batch of a master's walk at `at`, keys matching `pattern`.
+async fn scan_batch(
+    client: &WithOptions<Client>,
+    at: &Resume,
+    pattern: &str,
+) -> Result<Batch, Vote> {
+    let cursor = match at {
+        Resume::Scan(cursor) => cursor.clone(),
+        _ => "0".to_string(),
+    };
+    let page = client
+        .scan_page::<(String, Vec<String>), _, _>(cursor, pattern, Some(SCAN_COUNT), None)
+        .await;
+    match page {
+        Ok((next, keys)) => Ok(Batch {
+            next: (next != "0").then_some(Resume::Scan(next)),
+            keys,
+        }),
+        Err(error) if matches!(error.kind(), fred::error::ErrorKind::Timeout) => Err(Vote::Timeout),
+        Err(error) => Err(Vote::Error {
+            message: error.to_string(),
+        }),
+    }
+}
+
+/// The batch of a Cluster group's walk at `at`: the keys of [`SLOTS_PER_BATCH`] slots that
+/// start with `start`, each slot read on the primary that serves it when it is read.
+async fn slots_batch(group: &Group, at: &Resume, start: &str) -> Result<Batch, Vote> {
+    let first = match at {
+        Resume::Slot(slot) => *slot,
+        _ => 0,
+    };
+    let end = first.saturating_add(SLOTS_PER_BATCH).min(SLOTS);
+    match group.slot_keys(first..end, start).await {
+        Reply::Answer(mut keys) => {
+            keys.retain(|key| key.starts_with(start));
+            Ok(Batch {
+                next: (end < SLOTS).then_some(Resume::Slot(end)),
+                keys,
+            })
+        }
+        Reply::Timeout => Err(Vote::Timeout),
+        Reply::Failed(message) => Err(Vote::Error { message }),
+        Reply::NotSent(reason) => Err(Vote::Error {
+            message: reason.to_string(),
+        }),
+    }
+}
 
 /// Escapes the glob characters of SCAN MATCH so a prefix matches literally.
 fn glob_escape(text: &str) -> String {
@@ -449,7 +530,10 @@ impl Locks {
     /// A page costs SCAN calls on one group at a time from where the page before stopped,
     /// not a walk of every group's keyspace: a lock held on a majority has its keys on at
     /// least one of any `groups − majority + 1` groups, so once that many groups have been
-    /// walked through every such lock was met. The walk of the lowest-numbered group that
+    /// walked through every such lock was met. A Cluster group is walked 256 hash slots at a
+    /// time, each slot's keys read whole on the primary that serves it then (a slot moving
+    /// meanwhile is read again from its new primary), and a cursor holds the slot to go on
+    /// from: it resumes there after a failover or a resharding. The walk of the lowest-numbered group that
     /// carries the majority holder's grant (holds its token, or keeps its fence, which
     /// outlives the key) lists the lock; the others skip it. A group that does not answer
     /// when its walk starts is passed over, as if it held nothing.
@@ -488,6 +572,8 @@ impl Locks {
         // Locks are `<prefix>:{<name>}:lock|fence`, a semaphore's slots
         // `<prefix>:{<name>}:permit:<n>[:fence]`; other keys it meets are skipped.
         let pattern = format!("{}{}*}}:*", glob_escape(&key_prefix), glob_escape(prefix));
+        // What those keys start with, as a Cluster group's slots are filtered.
+        let key_start = format!("{key_prefix}{prefix}");
         let timed = Options {
             timeout: Some(std::time::Duration::from_millis(
                 engine.topology.call_timeout_ms,
@@ -505,43 +591,29 @@ impl Locks {
                 return Err(self.too_few_walked(prefix, enough, &at, passed_over));
             }
             let group = &engine.groups[at.group];
-            // A Cluster group's keys are spread over its primaries, whose set changes with
-            // its slot map: a cursor cannot resume a walk there, so listing passes it over.
-            let Some(client) = group.client() else {
-                passed_over.push(GroupVote {
-                    group: group.name.clone(),
-                    vote: Vote::Error {
-                        message: "a listing does not walk a Cluster group".to_string(),
-                    },
-                });
-                at.next_group(Walk::PassedOver);
-                continue 'groups;
+            let walker = match group.client() {
+                Some(client) => Walker::Scan(client.with_options(&timed)),
+                None => Walker::Slots,
             };
-            let client = client.with_options(&timed);
+            if !walker.resumes(&at.scan) {
+                return Err(Self::kind_changed(&group.name, &walker));
+            }
             // A walk that starts in this call has listed nothing on an earlier page: if its
             // group stops answering, what it put on this page is taken back and it is passed
             // over as a whole.
-            let fresh = at.scan == "0" && at.after.is_none();
+            let fresh = at.scan == Resume::Start && at.after.is_none();
             let taken_before = page.len();
             loop {
-                let batch = client
-                    .scan_page::<(String, Vec<String>), _, _>(
-                        at.scan.clone(),
-                        pattern.as_str(),
-                        Some(SCAN_COUNT),
-                        None,
-                    )
-                    .await;
-                let (scan_next, keys) = match batch {
+                let batch = match &walker {
+                    Walker::Scan(client) => scan_batch(client, &at.scan, &pattern).await,
+                    Walker::Slots => slots_batch(group, &at.scan, &key_start).await,
+                };
+                let Batch {
+                    next: after_batch,
+                    keys,
+                } = match batch {
                     Ok(batch) => batch,
-                    Err(error) => {
-                        let vote = if matches!(error.kind(), fred::error::ErrorKind::Timeout) {
-                            Vote::Timeout
-                        } else {
-                            Vote::Error {
-                                message: error.to_string(),
-                            }
-                        };
+                    Err(vote) => {
                         if !fresh {
                             return Err(Self::walk_broken(&group.name, &vote));
                         }
@@ -589,11 +661,13 @@ impl Locks {
                     page.push(listed);
                     after = Some(candidate);
                 }
-                if scan_next == "0" {
-                    at.next_group(Walk::Walked);
-                    continue 'groups;
+                match after_batch {
+                    Some(resume) => at.scan = resume,
+                    None => {
+                        at.next_group(Walk::Walked);
+                        continue 'groups;
+                    }
                 }
-                at.scan = scan_next;
             }
         }
         let mut list = LockList {
@@ -819,6 +893,21 @@ impl Locks {
         }
     }
 
+    /// The error when a cursor is in the middle of a group that was a Redis Cluster when
+    /// the page before was taken and is not now, or the other way round.
+    fn kind_changed(group: &str, walker: &Walker) -> Error {
+        let now = match walker {
+            Walker::Scan(_) => "not a Redis Cluster",
+            Walker::Slots => "a Redis Cluster",
+        };
+        Error::invalid(
+            "cursor",
+            format!(
+                "is in the middle of group {group}'s keys, walked as group {group} was before the topology changed; it is {now} now. List again without a cursor"
+            ),
+        )
+    }
+
     /// The error when the group a cursor is in the middle of stops answering.
     fn walk_broken(group: &str, vote: &Vote) -> Error {
         let why = match vote {
@@ -1038,13 +1127,48 @@ impl Walk {
     }
 }
 
-/// Where a listing stands: how each group's walk ended, the group being walked, the SCAN
-/// cursor of the batch to read next, and what the page before took from that batch.
+/// Where the walk of the group being walked reads its next batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Resume {
+    /// At the beginning.
+    Start,
+    /// A master's: at this SCAN cursor (never "0", which is the beginning).
+    Scan(String),
+    /// A Cluster group's: at this hash slot, whichever primary serves it now.
+    Slot(u16),
+}
+
+impl Resume {
+    /// `0` for the beginning, a SCAN cursor as Redis gave it, `s<slot>` for a slot.
+    fn render(&self) -> String {
+        match self {
+            Resume::Start => "0".to_string(),
+            Resume::Scan(cursor) => cursor.clone(),
+            Resume::Slot(slot) => format!("s{slot}"),
+        }
+    }
+
+    fn parse(text: &str) -> Option<Resume> {
+        let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+        if text == "0" {
+            return Some(Resume::Start);
+        }
+        if digits(text) {
+            return Some(Resume::Scan(text.to_string()));
+        }
+        let slot = text.strip_prefix('s').filter(|slot| digits(slot))?;
+        let slot: u16 = slot.parse().ok()?;
+        (slot < SLOTS).then_some(Resume::Slot(slot))
+    }
+}
+
+/// Where a listing stands: how each group's walk ended, the group being walked, where the
+/// batch to read next starts in it, and what the page before took from that batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Position {
     walked: Vec<Walk>,
     group: usize,
-    scan: String,
+    scan: Resume,
     after: Option<Candidate>,
 }
 
@@ -1053,7 +1177,7 @@ impl Position {
         Position {
             walked: vec![Walk::Pending; groups],
             group: 0,
-            scan: "0".to_string(),
+            scan: Resume::Start,
             after: None,
         }
     }
@@ -1077,7 +1201,7 @@ impl Position {
             *flag = walk;
         }
         self.group += 1;
-        self.scan = "0".to_string();
+        self.scan = Resume::Start;
         self.after = None;
     }
 
@@ -1088,7 +1212,7 @@ impl Position {
             "{}.{walked}.{}.{}.{tag:016x}.{after}",
             cursor::VERSION,
             self.group,
-            self.scan
+            self.scan.render()
         )
     }
 
@@ -1136,9 +1260,7 @@ impl Position {
         {
             return Err(unknown());
         }
-        if scan.is_empty() || !scan.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(unknown());
-        }
+        let scan = Resume::parse(scan).ok_or_else(unknown)?;
         let after = match after {
             "" => None,
             text => Some(cursor::decode(text).ok_or_else(unknown)?),
@@ -1146,7 +1268,7 @@ impl Position {
         Ok(Position {
             walked,
             group,
-            scan: scan.to_string(),
+            scan,
             after,
         })
     }
@@ -1311,14 +1433,16 @@ mod tests {
                 via: Via::Lock,
             },
         ] {
-            let position = Position {
-                walked: vec![Walk::Walked, Walk::PassedOver, Walk::Pending, Walk::Pending],
-                group: 2,
-                scan: "8192".to_string(),
-                after: Some(after),
-            };
-            let text = position.render(tag);
-            assert_eq!(Position::parse(&text, 4, tag).ok(), Some(position));
+            for scan in [Resume::Scan("8192".to_string()), Resume::Slot(256)] {
+                let position = Position {
+                    walked: vec![Walk::Walked, Walk::PassedOver, Walk::Pending, Walk::Pending],
+                    group: 2,
+                    scan,
+                    after: Some(after.clone()),
+                };
+                let text = position.render(tag);
+                assert_eq!(Position::parse(&text, 4, tag).ok(), Some(position));
+            }
         }
         let start = Position::start(3);
         assert_eq!(
@@ -1351,6 +1475,13 @@ mod tests {
             assert!(Position::parse(&bad, 5, tag).is_err(), "{bad}");
         }
         let good = format!("c2.x0000.1.0.{tag_text}.");
+        assert!(Position::parse(&good, 5, tag).is_ok());
+        // A Cluster group's walk resumes at a hash slot, one of 0 to 16383.
+        for slot in ["s16384", "s", "s-1", "s1x", "x1"] {
+            let bad = format!("c2.x0000.1.{slot}.{tag_text}.");
+            assert!(Position::parse(&bad, 5, tag).is_err(), "{bad}");
+        }
+        let good = format!("c2.x0000.1.s16128.{tag_text}.");
         assert!(Position::parse(&good, 5, tag).is_ok());
     }
 }

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -41,6 +41,14 @@ const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
 const SLOTS_PER_CALL: usize = 64;
 /// Shortest time between two reads of the map, however many calls ask for one.
 const REFRESH_SPACING: Duration = Duration::from_millis(50);
+/// How many times a listing read asks for the slots that moved while it read them, each
+/// time once the map shows where they went (or a map read later).
+const LIST_ATTEMPTS: usize = 3;
+
+/// Reads a listing's keys in some slots of one primary (lua/list_slots.lua). Loaded by its
+/// first call on each primary: only listings run it.
+static LIST_SLOTS: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/list_slots.lua")));
 
 pub(crate) const NOT_ONE_SLOT: &str =
     "a set of several resources spans hash slots, and a Cluster group runs a script on one slot";
@@ -363,6 +371,85 @@ impl Cluster {
         }
         keys.truncate(limit);
         Reply::Answer(keys)
+    }
+
+    /// The keys in `slots` that start with `start` once their slot tag is taken off, without
+    /// it: each slot read whole, in one script call per primary, on the primary that serves
+    /// it now. A slot that primary does not serve (it moved, or is moving) is read again
+    /// once the map shows where it went; a slot still unread after [`LIST_ATTEMPTS`] fails
+    /// the read, as does a primary that does not answer.
+    pub async fn slot_keys(&self, slots: Range<u16>, start: &str) -> Reply<Vec<String>> {
+        let mut pending: Vec<HashSlot> = slots.filter_map(HashSlot::new).collect();
+        let mut keys = Vec::new();
+        let mut why = NO_OWNER.to_string();
+        for _ in 0..LIST_ATTEMPTS {
+            // Subscribed before the map is read: a change after this read wakes the wait.
+            let mut changes = self.changes.subscribe();
+            let map = self.current();
+            let mut by_shard: Vec<Vec<HashSlot>> = vec![Vec::new(); map.shards.len()];
+            let mut again: Vec<HashSlot> = Vec::new();
+            for slot in pending {
+                let owner = map.owners.get(usize::from(slot.index())).copied().flatten();
+                match owner.and_then(|index| by_shard.get_mut(index)) {
+                    Some(served) => served.push(slot),
+                    None => again.push(slot),
+                }
+            }
+            let reads = map
+                .shards
+                .iter()
+                .zip(&by_shard)
+                .filter(|(_, slots)| !slots.is_empty())
+                .map(|(shard, slots)| {
+                    let mut args = Vec::with_capacity(1 + 2 * slots.len());
+                    args.push(Value::from(start));
+                    for slot in slots {
+                        args.push(Value::from(i64::from(slot.index())));
+                        args.push(Value::from(slot.tag()));
+                    }
+                    async move {
+                        let reply = shard.master.eval::<Value>(&LIST_SLOTS, Vec::new(), args);
+                        (slots, reply.await)
+                    }
+                });
+            for (slots, reply) in futures::future::join_all(reads).await {
+                let answers = match self.redirected(reply) {
+                    Reply::Answer(Value::Array(answers)) if answers.len() == slots.len() => answers,
+                    Reply::Answer(other) => {
+                        return Reply::Failed(format!(
+                            "unexpected reply to a listing read of {} slots: {other:?}",
+                            slots.len()
+                        ));
+                    }
+                    other => return other.map(|_| Vec::new()),
+                };
+                for (slot, answer) in slots.iter().zip(answers) {
+                    match answer {
+                        Value::Array(found) => keys.extend(
+                            found
+                                .iter()
+                                .filter_map(Value::as_string)
+                                .map(|key| untag(&key)),
+                        ),
+                        other => {
+                            why = other.as_string().unwrap_or_default();
+                            again.push(*slot);
+                        }
+                    }
+                }
+            }
+            if again.is_empty() {
+                return Reply::Answer(keys);
+            }
+            pending = again;
+            self.reread();
+            let wait = self.builders.topology.call_timeout() * 2 + REFRESH_SPACING;
+            let _ = tokio::time::timeout(wait, changes.changed()).await;
+        }
+        let first = pending.first().map_or(0, |slot| slot.index());
+        Reply::Failed(format!(
+            "slot {first} was not served where the slot map put it, {LIST_ATTEMPTS} times: {why}"
+        ))
     }
 
     /// Whether every primary of the map is connected (false with no map).

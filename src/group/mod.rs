@@ -613,6 +613,16 @@ impl Group {
         }
     }
 
+    /// A Cluster group's keys in hash slots `slots` that start with `start` once their slot
+    /// tag is taken off, each slot read whole on the primary that serves it now (see
+    /// [`Cluster::slot_keys`]). A master has no slots: it answers that it is not a Cluster.
+    pub async fn slot_keys(&self, slots: std::ops::Range<u16>, start: &str) -> Reply<Vec<String>> {
+        match &self.nodes {
+            Nodes::Master(_) => Reply::NotSent(NOT_A_CLUSTER),
+            Nodes::Cluster(cluster) => cluster.slot_keys(slots, start).await,
+        }
+    }
+
     /// Waits, at most `limit`, until every replica connected to the master (to each primary
     /// of a Cluster group) acknowledged the writes this client made so far:
     /// `(acknowledged, connected)`, or `None` when a master did not say.
@@ -676,6 +686,7 @@ impl Group {
 }
 
 const NO_PRIMARY: &str = "no primary of the Cluster group is known yet";
+const NOT_A_CLUSTER: &str = "the group is not a Redis Cluster: it has no hash slots";
 
 /// Of two primaries' values of one setting, the one that leaves the lock less safe: the
 /// fewer replicas a write needs, the longer lag or node timeout; the first for any other.
