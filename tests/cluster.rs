@@ -584,29 +584,10 @@ async fn a_waiter_on_cluster_groups_is_woken_by_the_release_not_by_its_next_poll
         .ttl(Duration::from_secs(30))
         .await
         .expect("holder");
-    let waiter = {
-        let locks = fx.locks.clone();
-        tokio::spawn(async move { locks.acquire("wake").wait(Duration::from_secs(25)).await })
-    };
-    assert!(
-        eventually(Duration::from_secs(5), || subscribed_in_every_group(
-            &fx.lab, 3, "wake"
-        ))
-        .await,
-        "the waiter never subscribed on the primaries of the slot"
-    );
-    let released_at = Instant::now();
-    holder.release().await.expect("release");
-    let lease = waiter
-        .await
-        .expect("task")
-        .expect("the waiter gets the lock");
-    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
-    assert!(
-        woke_after < WOKEN_WITHIN,
-        "woke {woke_after:?} after the release, at attempt {}: it polled",
-        lease.attempts()
-    );
+    let lease = woken_by(&fx, &fx.locks, "the release", || async {
+        holder.release().await.expect("release");
+    })
+    .await;
 
     // Once the first waiter's subscriptions are gone, a waiter in the other client waits for
     // the lock it holds; a force release wakes it.
@@ -623,38 +604,48 @@ async fn a_waiter_on_cluster_groups_is_woken_by_the_release_not_by_its_next_poll
         .await,
         "the woken waiter did not unsubscribe"
     );
-    let second = {
-        let other = other.clone();
-        tokio::spawn(async move { other.acquire("wake").wait(Duration::from_secs(25)).await })
+    let taken = woken_by(&fx, &other, "the force release", || async {
+        let forced = fx.locks.force_release("wake").await.expect("force release");
+        assert!(forced.released);
+    })
+    .await;
+    taken.release().await.expect("released");
+    drop(lease);
+    other.close().await;
+}
+
+/// Starts a waiter for `wake` in `waiter`, waits until it subscribed in every group, runs
+/// `release`, and returns the waiter's lease once it checked that `release` woke it.
+async fn woken_by<F: std::future::Future<Output = ()>>(
+    fx: &ClusterLab,
+    waiter: &Locks,
+    what: &str,
+    release: impl FnOnce() -> F,
+) -> quorumlock::Lease {
+    let waiting = {
+        let waiter = waiter.clone();
+        tokio::spawn(async move { waiter.acquire("wake").wait(Duration::from_secs(25)).await })
     };
     assert!(
         eventually(Duration::from_secs(5), || subscribed_in_every_group(
             &fx.lab, 3, "wake"
         ))
         .await,
-        "the second waiter never subscribed"
+        "the waiter before {what} never subscribed on the primaries of the slot"
     );
-    let forced_at = Instant::now();
-    assert!(
-        fx.locks
-            .force_release("wake")
-            .await
-            .expect("force release")
-            .released
-    );
-    let taken = second
+    let released_at = Instant::now();
+    release().await;
+    let lease = waiting
         .await
         .expect("task")
-        .expect("the second waiter gets the lock");
-    let woke_after = taken.acquired_at().saturating_duration_since(forced_at);
+        .expect("the waiter gets the lock");
+    let woke_after = lease.acquired_at().saturating_duration_since(released_at);
     assert!(
         woke_after < WOKEN_WITHIN,
-        "woke {woke_after:?} after the force release, at attempt {}: it polled",
-        taken.attempts()
+        "woke {woke_after:?} after {what}, at attempt {}: it polled",
+        lease.attempts()
     );
-    taken.release().await.expect("released");
-    drop(lease);
-    other.close().await;
+    lease
 }
 
 /// After `CLUSTER FAILOVER TAKEOVER` in g1, a waiter that subscribed before the failover is
