@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use common::resp::{Reply, array, call, key_slot, text};
 use common::{connect, eventually, start_lab, temp_dir};
-use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
-use quorumlock::{Error, GroupVote, Locks, Topology, Vote};
+use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind, NodeStatus};
+use quorumlock::{Error, GroupVote, Lease, Locks, Topology, Vote};
 use tempfile::TempDir;
 
 const MS: Duration = Duration::from_millis(1);
@@ -221,12 +221,7 @@ async fn a_busy_primary_carries_the_lock_calls_of_many_slots_in_one_script_call(
 
     // All at once: the first call finds the lane idle, the others queue behind it.
     let before = script_calls(primary).await;
-    let leases = futures::future::join_all(
-        names
-            .iter()
-            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
-    )
-    .await;
+    let leases = acquire_at_once(&fx.locks, &names).await;
     let sent = script_calls(primary).await - before;
     let leases: Vec<_> = leases
         .into_iter()
@@ -273,12 +268,7 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
     );
 
     let names: Vec<String> = (0..64).map(|n| format!("batch:{n}")).collect();
-    let leases = futures::future::join_all(
-        names
-            .iter()
-            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
-    )
-    .await;
+    let leases = acquire_at_once(&fx.locks, &names).await;
     // The calls went out together; g0 grants `batch:41` and never `batch:40`.
     let lock_on_g0 = |name: &str| {
         let pattern = format!("*ql:{{{name}}}:lock");
@@ -306,15 +296,7 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
 async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side() {
     let fx = cluster_lab(3, 2, 0).await;
     let status = fx.lab.status().await;
-    let primary_of = |shard: usize| {
-        status
-            .iter()
-            .find(|node| {
-                node.group == Some(0) && node.shard == Some(shard) && node.kind == NodeKind::Master
-            })
-            .map(|node| node.port)
-            .expect("g1 has the shard")
-    };
+    let primary_of = |shard: usize| port_of(&status, 0, shard, NodeKind::Master);
     let names: Vec<String> = (0..64).map(|n| format!("moving:{n}")).collect();
     let mut on_source = Vec::new();
     for name in &names {
@@ -369,12 +351,7 @@ async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side()
     assert!(fence_before.is_some(), "the fence stays on the source");
 
     // Everything at once, the moving resource last: its call to g1 goes out in a batch.
-    let attempts = futures::future::join_all(
-        names
-            .iter()
-            .map(|name| fx.locks.acquire(name).ttl(10_000 * MS).into_future()),
-    )
-    .await;
+    let attempts = acquire_at_once(&fx.locks, &names).await;
     let witness_pattern = format!("*ql:{{{witness}}}:lock");
     let ran = eventually(FOLLOWS_WITHIN, || {
         let pattern = witness_pattern.clone();
@@ -442,14 +419,10 @@ async fn a_set_of_several_resources_is_refused_on_cluster_groups_naming_the_fiel
 async fn a_replica_the_cluster_promotes_sits_out_the_vote_and_the_engine_follows_the_new_map() {
     let fx = cluster_lab(3, 1, 1).await;
     let status = fx.lab.status().await;
-    let node = |kind: NodeKind| {
-        status
-            .iter()
-            .find(|node| node.group == Some(0) && node.kind == kind)
-            .map(|node| node.port)
-            .expect("g1 has a primary and a replica")
-    };
-    let (old, replica) = (node(NodeKind::Master), node(NodeKind::Replica));
+    let (old, replica) = (
+        port_of(&status, 0, 0, NodeKind::Master),
+        port_of(&status, 0, 0, NodeKind::Replica),
+    );
     let lease = fx
         .locks
         .acquire("before")
@@ -526,6 +499,26 @@ fn slow_retries(mut topology: Topology) -> Topology {
 
 /// Well under the 10 s between a waiter's tries, with room for two busy cores.
 const WOKEN_WITHIN: Duration = Duration::from_secs(3);
+
+/// The port of the node of `kind` in `shard` of `group`, as the lab started it.
+fn port_of(status: &[NodeStatus], group: usize, shard: usize, kind: NodeKind) -> u16 {
+    status
+        .iter()
+        .find(|node| node.group == Some(group) && node.shard == Some(shard) && node.kind == kind)
+        .map(|node| node.port)
+        .unwrap_or_else(|| panic!("g{} has shard {shard} with a {kind:?}", group + 1))
+}
+
+/// A 10 s lease on each of `names`, all asked for at once, so the calls to each primary
+/// after the first queue behind it and go out as a batch.
+async fn acquire_at_once(locks: &Locks, names: &[String]) -> Vec<Result<Lease, Error>> {
+    futures::future::join_all(
+        names
+            .iter()
+            .map(|name| locks.acquire(name).ttl(10_000 * MS).into_future()),
+    )
+    .await
+}
 
 /// The ports of `group`'s primaries, as the lab started them or as they are now.
 async fn primaries(lab: &Lab, group: usize) -> Vec<u16> {
@@ -621,7 +614,7 @@ async fn woken_by<F: std::future::Future<Output = ()>>(
     waiter: &Locks,
     what: &str,
     release: impl FnOnce() -> F,
-) -> quorumlock::Lease {
+) -> Lease {
     let waiting = {
         let waiter = waiter.clone();
         tokio::spawn(async move { waiter.acquire("wake").wait(Duration::from_secs(25)).await })
@@ -659,13 +652,7 @@ async fn woken_by<F: std::future::Future<Output = ()>>(
 async fn a_waiter_is_woken_by_a_release_after_its_group_fails_over() {
     let fx = tuned_cluster_lab(3, 1, 1, slow_retries).await;
     let status = fx.lab.status().await;
-    let node = |group: usize, kind: NodeKind| {
-        status
-            .iter()
-            .find(|node| node.group == Some(group) && node.kind == kind)
-            .map(|node| node.port)
-            .expect("each group has a primary and a replica")
-    };
+    let node = |group: usize, kind: NodeKind| port_of(&status, group, 0, kind);
     let (old, replica) = (node(0, NodeKind::Master), node(0, NodeKind::Replica));
     let other = connect(fx.topology.clone()).await;
     let holder = other
