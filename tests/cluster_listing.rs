@@ -2,7 +2,9 @@
 //! walk reads its keys slot by slot on the primary that serves each slot, so held locks and
 //! semaphores are listed by prefix and released ones are not, a listing paged with a small
 //! limit lists every held lock exactly once, and a cursor taken before the slots ahead of it
-//! move to another primary still resumes there and lists the rest exactly once.
+//! move to another primary still resumes there and lists the rest exactly once. A primary that
+//! stops answering partway through its group's walk ends a resumed listing with an error
+//! naming the cursor, and a listing started again passes that group over.
 
 mod common;
 
@@ -12,7 +14,7 @@ use std::time::Duration;
 use common::resp::key_slot;
 use common::{connect, hold_a_lock_and_two_permits, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Lab, LabSpec};
-use quorumlock::{Lease, LockList, Locks};
+use quorumlock::{Error, Lease, LockList, Locks};
 use tempfile::TempDir;
 
 /// A cluster lab and a client of it. The lab is declared first: its processes are stopped
@@ -229,4 +231,35 @@ async fn a_cursor_taken_before_the_slots_ahead_of_it_move_resumes_on_their_new_p
     for lease in leases {
         lease.release().await.expect("released");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_stops_answering_mid_walk_ends_a_resumed_listing_and_a_new_one_passes_over_its_group()
+ {
+    let mut fx = cluster_lab(3, 2).await;
+    let leases = hold(&fx.locks, "frozen:", 20).await;
+    // The walk reads slots in order: g1's first shard serves the first half.
+    let first = fx
+        .locks
+        .list_page("frozen:", 3, None)
+        .await
+        .expect("the first page");
+    let cursor = first.next_cursor.clone().expect("more pages");
+    assert_eq!(
+        fx.lab.shard_serving(0, 16_383).await.expect("served"),
+        1,
+        "g1's second shard serves the last slot"
+    );
+    fx.lab.freeze_primary(0, 1).await.expect("frozen");
+
+    match fx.locks.list_page("frozen:", 100, Some(&cursor)).await {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "cursor");
+            assert!(reason.contains("g1"), "{reason}");
+        }
+        other => panic!("a walk resumed past a primary that does not answer: {other:?}"),
+    }
+    let pages = rest_of_listing(&fx.locks, "frozen:", 100, None).await;
+    assert_each_once(&pages, &names("frozen:", 20));
+    drop(leases);
 }
