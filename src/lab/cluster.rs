@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::confs::{CLUSTER_SLOTS, group_name, slot_ranges};
 use super::probe::replica_link_up;
 use super::resp::{self, Reply};
-use super::{CONTROL_TIMEOUT, Lab, LabError, Node, NodeKind, POLL_INTERVAL};
+use super::{CONTROL_TIMEOUT, Lab, LabError, Node, NodeKind};
 
 /// The shape of every group of a cluster lab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -371,32 +371,19 @@ impl Lab {
         agreement: &Agreement,
         deadline: Instant,
     ) -> Result<(), LabError> {
-        let started = Instant::now();
         let indexes: Vec<usize> = groups
             .iter()
             .flat_map(|&group| self.group_indexes(group).collect::<Vec<_>>())
             .collect();
-        loop {
-            self.check_not_exited(&indexes)?;
-            let mut pending = None;
+        self.poll_ready(&indexes, deadline, async |lab: &Lab| {
             for &group in groups {
-                if let Err(reason) = self.check_agreement(group, agreement).await {
-                    pending = Some(format!("{}: {reason}", group_name(group)));
-                    break;
+                if let Err(reason) = lab.check_agreement(group, agreement).await {
+                    return Some(format!("{}: {reason}", group_name(group)));
                 }
             }
-            let Some(pending) = pending else {
-                return Ok(());
-            };
-            if Instant::now() >= deadline {
-                return Err(LabError::NotReady {
-                    waited_ms: started.elapsed().as_millis(),
-                    pending,
-                    dir: self.dir().to_path_buf(),
-                });
-            }
-            tokio::time::sleep(POLL_INTERVAL).await;
-        }
+            None
+        })
+        .await
     }
 
     /// `Ok` when `agreement` holds in `group`, else what is still missing.

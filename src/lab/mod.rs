@@ -1386,10 +1386,24 @@ impl Lab {
         readiness: Readiness,
         deadline: Instant,
     ) -> Result<(), LabError> {
+        self.poll_ready(indexes, deadline, async |lab: &Lab| {
+            lab.first_pending(indexes, readiness).await
+        })
+        .await
+    }
+
+    /// Polls `pending` (what is not ready yet, or `None`) until it answers `None` or the
+    /// deadline passes, failing early if one of the nodes at `indexes` exits.
+    async fn poll_ready(
+        &mut self,
+        indexes: &[usize],
+        deadline: Instant,
+        mut pending: impl AsyncFnMut(&Lab) -> Option<String>,
+    ) -> Result<(), LabError> {
         let started = Instant::now();
         loop {
             self.check_not_exited(indexes)?;
-            let Some(pending) = self.first_pending(indexes, readiness).await else {
+            let Some(pending) = pending(self).await else {
                 return Ok(());
             };
             if Instant::now() >= deadline {
