@@ -810,6 +810,126 @@ async fn a_frozen_master_under_load_refuses_calls_instead_of_stalling_them() {
     fx.lab.thaw(4).await.expect("thaw");
     for outcome in futures::future::join_all(leases.into_iter().map(|lease| lease.release())).await
     {
-        assert!(outcome.expect("release").released);
+        assert!(
+            matches!(&outcome, Ok(released) if released.released),
+            "a lease released within its TTL: {outcome:?}"
+        );
     }
+}
+
+/// Holds every write command (scripts included) on the masters of `groups` until
+/// [`resume_writes`], or for 20 s should the test stop first.
+async fn pause_writes(fx: &Fixture, groups: std::ops::Range<usize>) {
+    fx.on_masters(groups, async |client| {
+        let _: () = client
+            .custom(fred::cmd!("CLIENT"), vec!["PAUSE", "20000", "WRITE"])
+            .await
+            .expect("CLIENT PAUSE");
+    })
+    .await;
+}
+
+async fn resume_writes(fx: &Fixture, groups: std::ops::Range<usize>) {
+    fx.on_masters(groups, async |client| {
+        let _: () = client
+            .custom(fred::cmd!("CLIENT"), vec!["UNPAUSE"])
+            .await
+            .expect("CLIENT UNPAUSE");
+    })
+    .await;
+}
+
+/// Whether a paused master holds a script call and has another call read in behind it on
+/// the same connection: the caller gave up on the first and sent the next.
+async fn a_call_waits_behind_a_held_one(fx: &Fixture, group: usize) -> bool {
+    let master = fx.master(group).await;
+    let list: String = master
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .expect("CLIENT LIST");
+    let _ = master.quit().await;
+    list.lines().any(|line| {
+        let field = |name: &str| {
+            line.split(' ')
+                .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+                .unwrap_or_default()
+        };
+        field("cmd") == "evalsha"
+            && field("flags").contains('b')
+            && field("qbuf").parse::<u64>().unwrap_or(0) > 0
+    })
+}
+
+/// Waits until every group in `groups` holds a timed-out call with its retry behind it.
+async fn retried_behind_held_calls(fx: &Fixture, groups: std::ops::Range<usize>) -> bool {
+    eventually(Duration::from_secs(10), || {
+        let groups = groups.clone();
+        async move {
+            for group in groups {
+                if !a_call_waits_behind_a_held_one(fx, group).await {
+                    return false;
+                }
+            }
+            true
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_released() {
+    // Long enough a call timeout for the test to act between a try and its retry.
+    let fx = fixture(plain, |mut topology| {
+        topology.call_timeout_ms = 1_000;
+        topology
+    })
+    .await;
+    let lease = fx
+        .locks
+        .acquire("late-replies")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    // Every master holds the release until its caller gave up on it and sent the retry;
+    // then the release runs and deletes the lock, and the retry finds it gone.
+    pause_writes(&fx, fx.groups()).await;
+    let release = tokio::spawn(lease.release());
+    let retried = retried_behind_held_calls(&fx, fx.groups()).await;
+    resume_writes(&fx, fx.groups()).await;
+    assert!(retried, "no master got a retry behind the held release");
+    let outcome = release.await.expect("release task");
+    assert!(
+        matches!(&outcome, Ok(released) if released.released && released.groups_released == 5),
+        "the release deleted the lock on every group: {outcome:?}"
+    );
+    assert_eq!(fx.values_of(&lock_key("late-replies")).await, vec![None; 5]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_late() {
+    let fx = fixture(plain, |mut topology| {
+        topology.call_timeout_ms = 1_000;
+        topology
+    })
+    .await;
+    let lease = fx
+        .locks
+        .acquire("ended")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    // The lease ends behind its holder's back, as if it had expired.
+    fx.delete_everywhere(&lock_key("ended")).await;
+    // One master answers late: its retry finds nothing either, which says nothing about who
+    // deleted the lock there; the other four said at once that it was gone.
+    pause_writes(&fx, 0..1).await;
+    let release = tokio::spawn(lease.release());
+    let retried = retried_behind_held_calls(&fx, 0..1).await;
+    resume_writes(&fx, 0..1).await;
+    assert!(retried, "g1 got no retry behind the held release");
+    let outcome = release.await.expect("release task");
+    assert!(
+        matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
+        "the lease had ended before its release: {outcome:?}"
+    );
 }

@@ -32,18 +32,29 @@ impl Engine {
     ) -> JoinHandle<Vec<Option<Reply<Value>>>> {
         let engine = self.clone();
         self.cleanup.spawn(async move {
-            let deletes = engine.groups.iter().zip(on).map(|(group, marked)| {
-                let call = &call;
-                async move {
-                    if !marked {
-                        return None;
-                    }
-                    let retries = tries.saturating_sub(1);
-                    Some(answered(retries, || lock_call(group, call.clone())).await)
-                }
-            });
-            futures::future::join_all(deletes).await
+            let tried = engine.delete_tries(&call, on, tries).await;
+            tried
+                .into_iter()
+                .map(|tried| tried.map(|tried| tried.last))
+                .collect()
         })
+    }
+
+    /// [`Engine::delete_apart`]'s tries on each marked group, with whether a try before the
+    /// last may have run.
+    async fn delete_tries(&self, call: &Call, on: Vec<bool>, tries: usize) -> Vec<Option<Tried>> {
+        let deletes = self
+            .groups
+            .iter()
+            .zip(on)
+            .map(|(group, marked)| async move {
+                if !marked {
+                    return None;
+                }
+                let retries = tries.saturating_sub(1);
+                Some(answered(retries, || lock_call(group, call.clone())).await)
+            });
+        futures::future::join_all(deletes).await
     }
 
     /// Fans a compare-by-token call out (release, extend, force release) and turns its
@@ -52,15 +63,29 @@ impl Engine {
         &'g self,
         ask: impl Fn(&'g Group) -> Fut,
         call: TokenCall,
-        mut on_majority: impl FnMut(),
+        on_majority: impl FnMut(),
     ) -> Vec<GroupVote>
+    where
+        Fut: Future<Output = Reply<Value>>,
+    {
+        let replies = self.token_replies(ask, call, on_majority).await;
+        self.token_votes(replies)
+    }
+
+    /// [`Engine::by_token`]'s replies, before they are read as votes.
+    async fn token_replies<'g, Fut>(
+        &'g self,
+        ask: impl Fn(&'g Group) -> Fut,
+        call: TokenCall,
+        mut on_majority: impl FnMut(),
+    ) -> Vec<Option<Reply<Value>>>
     where
         Fut: Future<Output = Reply<Value>>,
     {
         let majority = self.majority;
         let wait_for_all = matches!(call, TokenCall::Delete);
         let mut majority_seen = false;
-        let replies = fan_out(&self.groups, ask, |replies| {
+        fan_out(&self.groups, ask, |replies| {
             let yes = count(
                 replies,
                 |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::Granted),
@@ -75,7 +100,11 @@ impl Engine {
             }
             !wait_for_all && majority.decided(yes, no)
         })
-        .await;
+        .await
+    }
+
+    /// Each group's reply to a compare-by-token call as its vote.
+    fn token_votes(&self, replies: Vec<Option<Reply<Value>>>) -> Vec<GroupVote> {
         self.groups
             .iter()
             .zip(replies)
@@ -147,13 +176,26 @@ impl Engine {
         // Deleted on a majority: this process's next waiter may go. Its acquire queues behind
         // the deletes on every group (calls keep their order per group), so it does not wait
         // for the slowest groups nor for their announcements.
-        let mut votes = self
-            .by_token(
+        let replies = self
+            .token_replies(
                 |group| lock_call(group, release.clone()),
                 TokenCall::Delete,
                 &wake,
             )
             .await;
+        let may_have_run: Vec<bool> = replies
+            .iter()
+            .map(|reply| reply.as_ref().is_some_and(may_have_run))
+            .collect();
+        // A live lease holds its lock on a majority, where only this release deletes it: "not
+        // ours" at the first try from so many groups that no majority is left means the lease
+        // had already ended (expired, or force-released).
+        let ended_before = count(
+            &replies,
+            |r| matches!(r, Reply::Answer(v) if token_vote(v) == Vote::NotHeld),
+        );
+        let ended_before = self.majority.decided(0, ended_before);
+        let mut votes = self.token_votes(replies);
         // The groups that failed are tried again. Once the lock is gone somewhere, the
         // answer stands and the retries only clean up, so a frozen group costs the caller one
         // call timeout, not three; no later grant carries this token, so a late delete can
@@ -163,15 +205,25 @@ impl Engine {
             .map(|v| matches!(v.vote, Vote::Timeout | Vote::Error { .. }))
             .collect();
         if failed.contains(&true) {
-            let retried = self.delete_apart(release, failed, DELETE_RETRIES);
+            let engine = self.clone();
+            let retried = self
+                .cleanup
+                .spawn(async move { engine.delete_tries(&release, failed, DELETE_RETRIES).await });
             let deleted =
                 |votes: &[GroupVote]| votes.iter().filter(|v| v.vote == Vote::Granted).count();
             if deleted(&votes) == 0
-                && let Ok(replies) = retried.await
+                && let Ok(tries) = retried.await
             {
-                for (vote, reply) in votes.iter_mut().zip(replies) {
-                    if reply.is_some() {
-                        vote.vote = Vote::from_reply(reply, |answer| token_vote(&answer));
+                for ((vote, tried), ran) in votes.iter_mut().zip(tries).zip(may_have_run) {
+                    let Some(tried) = tried else { continue };
+                    let ran = ran || tried.earlier_may_have_run;
+                    vote.vote = Vote::from_reply(Some(tried.last), |answer| token_vote(&answer));
+                    // A try that may have run, then "not ours": our lock is gone from that
+                    // group, and while the lease lives only this release deletes it. Counted as
+                    // deleted there, or a release whose replies came back after the call
+                    // timeout would say that the lock it deleted was not held.
+                    if ran && !ended_before && vote.vote == Vote::NotHeld {
+                        vote.vote = Vote::Granted;
                     }
                 }
                 if deleted(&votes) >= self.majority.needed {
@@ -226,19 +278,34 @@ impl Engine {
     }
 }
 
+/// A call tried until it answered: its last reply, and whether a try before it may have run.
+struct Tried {
+    last: Reply<Value>,
+    earlier_may_have_run: bool,
+}
+
 /// `ask`'s first answer, tried up to `retries` more times while it times out or fails.
-async fn answered<T, Fut>(retries: usize, ask: impl Fn() -> Fut) -> Reply<T>
+async fn answered<Fut>(retries: usize, ask: impl Fn() -> Fut) -> Tried
 where
-    Fut: Future<Output = Reply<T>>,
+    Fut: Future<Output = Reply<Value>>,
 {
-    let mut reply = ask().await;
+    let mut tried = Tried {
+        last: ask().await,
+        earlier_may_have_run: false,
+    };
     for _ in 0..retries {
-        if matches!(reply, Reply::Answer(_)) {
+        if matches!(tried.last, Reply::Answer(_)) {
             break;
         }
-        reply = ask().await;
+        tried.earlier_may_have_run |= may_have_run(&tried.last);
+        tried.last = ask().await;
     }
-    reply
+    tried
+}
+
+/// A call that timed out or failed may have run on the master; one not sent did not.
+fn may_have_run<T>(reply: &Reply<T>) -> bool {
+    matches!(reply, Reply::Timeout | Reply::Failed(_))
 }
 
 /// A lock call's answer without the replica count (release and extend never wait for it).
@@ -318,6 +385,33 @@ mod tests {
             token_vote(&answer),
             Vote::Quarantined { remaining_ms: 1500 }
         );
+    }
+
+    /// Runs [`answered`] over `replies`, one per try, with `retries` retries.
+    fn tries(retries: usize, replies: Vec<Reply<Value>>) -> Tried {
+        let replies = std::sync::Mutex::new(std::collections::VecDeque::from(replies));
+        futures::executor::block_on(answered(retries, || {
+            let next = replies.lock().ok().and_then(|mut left| left.pop_front());
+            async move { next.unwrap_or(Reply::NotSent("no reply left")) }
+        }))
+    }
+
+    #[test]
+    fn a_try_that_may_have_run_is_remembered_behind_the_answer_of_a_later_one() {
+        let not_ours = || Reply::Answer(Value::Integer(0));
+        let tried = tries(
+            2,
+            vec![Reply::NotSent("queued"), Reply::Timeout, not_ours()],
+        );
+        assert!(tried.earlier_may_have_run);
+        assert!(matches!(tried.last, Reply::Answer(Value::Integer(0))));
+        let tried = tries(2, vec![Reply::Failed("reset".into()), not_ours()]);
+        assert!(tried.earlier_may_have_run);
+        // Never sent, then answered: nothing of ours ran before the answer.
+        let tried = tries(2, vec![Reply::NotSent("queued"), not_ours()]);
+        assert!(!tried.earlier_may_have_run);
+        let tried = tries(2, vec![not_ours()]);
+        assert!(!tried.earlier_may_have_run);
     }
 
     #[test]
