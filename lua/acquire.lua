@@ -7,12 +7,9 @@
 -- Returns {1} granted | {0, pttl_ms, owner record, resource index} held by another token
 --       | {2, stored_fence} | {3, quarantine_left_ms} | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
-local refused = admission(KEYS[#KEYS - 1], KEYS[#KEYS])
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 if refused then
   return refused
-end
-if tonumber(ARGV[2]) > policy_max_ttl then
-  return {5, policy_max_ttl}
 end
 -- A fence outlives every lease it fenced by far: a day, or a hundred of the longest TTLs.
 -- Proposals follow the clock, so once it expires the next proposal is above it anyway,

@@ -76,3 +76,15 @@ local function admission(marker, policy_key)
   policy_max_ttl = policy_ttls[marker]
   return answer or nil
 end
+-- vote_refusal(marker, policy, ttl_ms) is admission's refusal, or {5, max_ttl_ms} when the
+-- master votes but ttl_ms is above its policy, or nil when it may grant a lease that long.
+local function vote_refusal(marker, policy_key, ttl_ms)
+  local refused = admission(marker, policy_key)
+  if refused then
+    return refused
+  end
+  if tonumber(ttl_ms) > policy_max_ttl then
+    return {5, policy_max_ttl}
+  end
+  return nil
+end

@@ -3,12 +3,9 @@
 -- KEYS: the locks, then the admission marker and the policy   ARGV: token, ttl_ms
 -- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms} | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
-local refused = admission(KEYS[#KEYS - 1], KEYS[#KEYS])
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 if refused then
   return refused
-end
-if tonumber(ARGV[2]) > policy_max_ttl then
-  return {5, policy_max_ttl}
 end
 for lock = 1, #KEYS - 2 do
   if holder_of(redis.call('GET', KEYS[lock])) ~= ARGV[1] then

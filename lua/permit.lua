@@ -10,12 +10,9 @@
 --       expire) | {2, stored_fence} | {3, quarantine_left_ms} | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
 --       | {7, permits} the semaphore has another permit count
-local refused = admission(KEYS[#KEYS - 1], KEYS[#KEYS])
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 if refused then
   return refused
-end
-if tonumber(ARGV[2]) > policy_max_ttl then
-  return {5, policy_max_ttl}
 end
 local permits = tonumber(ARGV[5])
 local known = redis.call('GET', KEYS[1])
