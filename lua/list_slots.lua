@@ -7,6 +7,7 @@
 -- Returns per slot the wanted keys (slot tag included), or the error that says this node
 -- does not serve the slot now.
 local start = ARGV[1]
+local ALL = 2147483647
 local answers = {}
 for at = 2, #ARGV, 2 do
   local slot, tag = ARGV[at], ARGV[at + 1]
@@ -18,12 +19,10 @@ for at = 2, #ARGV, 2 do
   else
     local head = '{' .. tag .. '}' .. start
     local keys = {}
-    local count = redis.call('CLUSTER', 'COUNTKEYSINSLOT', slot)
-    if count > 0 then
-      for _, key in ipairs(redis.call('CLUSTER', 'GETKEYSINSLOT', slot, count)) do
-        if string.sub(key, 1, #head) == head then
-          keys[#keys + 1] = key
-        end
+    -- Redis answers at most the keys the slot holds, however many are asked for.
+    for _, key in ipairs(redis.call('CLUSTER', 'GETKEYSINSLOT', slot, ALL)) do
+      if string.sub(key, 1, #head) == head then
+        keys[#keys + 1] = key
       end
     end
     answers[#answers + 1] = keys

@@ -189,9 +189,10 @@ const LOCKS_PER_READ: usize = 100;
 const READS_IN_FLIGHT: usize = 4;
 /// Keys one SCAN call of a listing looks at (MATCH filters them after).
 const SCAN_COUNT: u32 = 1000;
-/// Hash slots one batch of a Cluster group's walk reads: one script call per primary that
-/// serves some of them, all at once.
-const SLOTS_PER_BATCH: u16 = 256;
+/// Batches of a Cluster group's walk. Batch `k` is every slot `k + 16 n`: spread over the
+/// whole slot space, so every primary reads its share of a batch at once (a few script calls
+/// each), and which batch a slot is in does not depend on who serves it.
+const SLOT_BATCHES: u16 = 16;
 
 /// How a group's keys are walked.
 enum Walker {
@@ -246,19 +247,21 @@ async fn scan_batch(
     }
 }
 
-/// The batch of a Cluster group's walk at `at`: the keys of [`SLOTS_PER_BATCH`] slots that
-/// start with `start`, each slot read on the primary that serves it when it is read.
+/// The batch of a Cluster group's walk at `at` (see [`SLOT_BATCHES`]): the keys of its
+/// slots that start with `start`, each slot read on the primary that serves it when it is
+/// read.
 async fn slots_batch(group: &Group, at: &Resume, start: &str) -> Result<Batch, Vote> {
     let first = match at {
         Resume::Slot(slot) => *slot,
         _ => 0,
     };
-    let end = first.saturating_add(SLOTS_PER_BATCH).min(SLOTS);
-    match group.slot_keys(first..end, start).await {
+    let slots: Vec<u16> = (first..SLOTS).step_by(usize::from(SLOT_BATCHES)).collect();
+    match group.slot_keys(&slots, start).await {
         Reply::Answer(mut keys) => {
             keys.retain(|key| key.starts_with(start));
+            let next = first + 1;
             Ok(Batch {
-                next: (end < SLOTS).then_some(Resume::Slot(end)),
+                next: (next < SLOT_BATCHES).then_some(Resume::Slot(next)),
                 keys,
             })
         }
@@ -530,13 +533,14 @@ impl Locks {
     /// A page costs SCAN calls on one group at a time from where the page before stopped,
     /// not a walk of every group's keyspace: a lock held on a majority has its keys on at
     /// least one of any `groups − majority + 1` groups, so once that many groups have been
-    /// walked through every such lock was met. A Cluster group is walked 256 hash slots at a
-    /// time, each slot's keys read whole on the primary that serves it then (a slot moving
-    /// meanwhile is read again from its new primary), and a cursor holds the slot to go on
-    /// from: it resumes there after a failover or a resharding. The walk of the lowest-numbered group that
+    /// walked through every such lock was met. The walk of the lowest-numbered group that
     /// carries the majority holder's grant (holds its token, or keeps its fence, which
     /// outlives the key) lists the lock; the others skip it. A group that does not answer
-    /// when its walk starts is passed over, as if it held nothing.
+    /// when its walk starts is passed over, as if it held nothing. A Cluster group is walked
+    /// by hash slot instead of by SCAN, 1,024 slots spread over its primaries at a time, each
+    /// slot's keys read whole on the primary that serves it then (a slot moving meanwhile is
+    /// read again from its new primary), and a cursor holds the slot its batch starts at: it
+    /// resumes there after a failover or a resharding.
     ///
     /// Errors: [`Error::ListingUnavailable`] when too few groups answer to walk enough of
     /// them or to tell whether a lock is held (or which group listed it); [`Error::InvalidInput`] naming
@@ -1134,7 +1138,8 @@ enum Resume {
     Start,
     /// A master's: at this SCAN cursor (never "0", which is the beginning).
     Scan(String),
-    /// A Cluster group's: at this hash slot, whichever primary serves it now.
+    /// A Cluster group's: at the batch this hash slot starts (one of the first
+    /// [`SLOT_BATCHES`]), whichever primaries serve its slots now.
     Slot(u16),
 }
 
@@ -1158,7 +1163,7 @@ impl Resume {
         }
         let slot = text.strip_prefix('s').filter(|slot| digits(slot))?;
         let slot: u16 = slot.parse().ok()?;
-        (slot < SLOTS).then_some(Resume::Slot(slot))
+        (slot < SLOT_BATCHES).then_some(Resume::Slot(slot))
     }
 }
 
@@ -1433,7 +1438,7 @@ mod tests {
                 via: Via::Lock,
             },
         ] {
-            for scan in [Resume::Scan("8192".to_string()), Resume::Slot(256)] {
+            for scan in [Resume::Scan("8192".to_string()), Resume::Slot(15)] {
                 let position = Position {
                     walked: vec![Walk::Walked, Walk::PassedOver, Walk::Pending, Walk::Pending],
                     group: 2,
@@ -1476,12 +1481,12 @@ mod tests {
         }
         let good = format!("c2.x0000.1.0.{tag_text}.");
         assert!(Position::parse(&good, 5, tag).is_ok());
-        // A Cluster group's walk resumes at a hash slot, one of 0 to 16383.
-        for slot in ["s16384", "s", "s-1", "s1x", "x1"] {
+        // A Cluster group's walk resumes at the batch a hash slot starts, one of 0 to 15.
+        for slot in ["s16", "s16384", "s", "s-1", "s1x", "x1"] {
             let bad = format!("c2.x0000.1.{slot}.{tag_text}.");
             assert!(Position::parse(&bad, 5, tag).is_err(), "{bad}");
         }
-        let good = format!("c2.x0000.1.s16128.{tag_text}.");
+        let good = format!("c2.x0000.1.s15.{tag_text}.");
         assert!(Position::parse(&good, 5, tag).is_ok());
     }
 }

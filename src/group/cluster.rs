@@ -44,6 +44,9 @@ const REFRESH_SPACING: Duration = Duration::from_millis(50);
 /// How many times a listing read asks for the slots that moved while it read them, each
 /// time once the map shows where they went (or a map read later).
 const LIST_ATTEMPTS: usize = 3;
+/// Most slots one `list_slots.lua` call reads: under 10 µs each on a primary, so a call holds
+/// it well under a millisecond, and stays within the call timeout on a loaded machine.
+const LIST_SLOTS_PER_CALL: usize = 64;
 
 /// Reads a listing's keys in some slots of one primary (lua/list_slots.lua). Loaded by its
 /// first call on each primary: only listings run it.
@@ -374,12 +377,12 @@ impl Cluster {
     }
 
     /// The keys in `slots` that start with `start` once their slot tag is taken off, without
-    /// it: each slot read whole, in one script call per primary, on the primary that serves
-    /// it now. A slot that primary does not serve (it moved, or is moving) is read again
-    /// once the map shows where it went; a slot still unread after [`LIST_ATTEMPTS`] fails
-    /// the read, as does a primary that does not answer.
-    pub async fn slot_keys(&self, slots: Range<u16>, start: &str) -> Reply<Vec<String>> {
-        let mut pending: Vec<HashSlot> = slots.filter_map(HashSlot::new).collect();
+    /// it: each slot read whole on the primary that serves it now, the primaries at once. A
+    /// slot that primary does not serve (it moved, or is moving) is read again once the map
+    /// shows where it went; a slot still unread after [`LIST_ATTEMPTS`] fails the read, as
+    /// does a primary that does not answer.
+    pub async fn slot_keys(&self, slots: &[u16], start: &str) -> Reply<Vec<String>> {
+        let mut pending: Vec<HashSlot> = slots.iter().copied().filter_map(HashSlot::new).collect();
         let mut keys = Vec::new();
         let mut why = NO_OWNER.to_string();
         for _ in 0..LIST_ATTEMPTS {
@@ -400,42 +403,17 @@ impl Cluster {
                 .iter()
                 .zip(&by_shard)
                 .filter(|(_, slots)| !slots.is_empty())
-                .map(|(shard, slots)| {
-                    let mut args = Vec::with_capacity(1 + 2 * slots.len());
-                    args.push(Value::from(start));
-                    for slot in slots {
-                        args.push(Value::from(i64::from(slot.index())));
-                        args.push(Value::from(slot.tag()));
-                    }
-                    async move {
-                        let reply = shard.master.eval::<Value>(&LIST_SLOTS, Vec::new(), args);
-                        (slots, reply.await)
-                    }
-                });
-            for (slots, reply) in futures::future::join_all(reads).await {
-                let answers = match self.redirected(reply) {
-                    Reply::Answer(Value::Array(answers)) if answers.len() == slots.len() => answers,
-                    Reply::Answer(other) => {
-                        return Reply::Failed(format!(
-                            "unexpected reply to a listing read of {} slots: {other:?}",
-                            slots.len()
-                        ));
-                    }
-                    other => return other.map(|_| Vec::new()),
-                };
-                for (slot, answer) in slots.iter().zip(answers) {
-                    match answer {
-                        Value::Array(found) => keys.extend(
-                            found
-                                .iter()
-                                .filter_map(Value::as_string)
-                                .map(|key| untag(&key)),
-                        ),
-                        other => {
-                            why = other.as_string().unwrap_or_default();
-                            again.push(*slot);
+                .map(|(shard, slots)| self.read_slots(shard, slots, start));
+            for read in futures::future::join_all(reads).await {
+                match read {
+                    Ok(read) => {
+                        keys.extend(read.keys);
+                        if let Some(last) = read.why {
+                            why = last;
                         }
+                        again.extend(read.elsewhere);
                     }
+                    Err(failed) => return failed,
                 }
             }
             if again.is_empty() {
@@ -450,6 +428,56 @@ impl Cluster {
         Reply::Failed(format!(
             "slot {first} was not served where the slot map put it, {LIST_ATTEMPTS} times: {why}"
         ))
+    }
+
+    /// The keys of `slots` that start with `start` on one primary, untagged, with the slots it
+    /// did not serve; or the reply of the call that failed. The slots go a chunk per call, one
+    /// call after the other, so no call holds the primary for long or waits behind another
+    /// within its own timeout; a primary that did not answer one chunk is not asked for more.
+    async fn read_slots(
+        &self,
+        shard: &Shard,
+        slots: &[HashSlot],
+        start: &str,
+    ) -> Result<SlotsRead, Reply<Vec<String>>> {
+        let mut read = SlotsRead::default();
+        for chunk in slots.chunks(LIST_SLOTS_PER_CALL) {
+            let mut args = Vec::with_capacity(1 + 2 * chunk.len());
+            args.push(Value::from(start));
+            for slot in chunk {
+                args.push(Value::from(i64::from(slot.index())));
+                args.push(Value::from(slot.tag()));
+            }
+            let reply = shard
+                .master
+                .eval::<Value>(&LIST_SLOTS, Vec::new(), args)
+                .await;
+            let answers = match self.redirected(reply) {
+                Reply::Answer(Value::Array(answers)) if answers.len() == chunk.len() => answers,
+                Reply::Answer(other) => {
+                    return Err(Reply::Failed(format!(
+                        "unexpected reply to a listing read of {} slots: {other:?}",
+                        chunk.len()
+                    )));
+                }
+                other => return Err(other.map(|_| Vec::new())),
+            };
+            for (slot, answer) in chunk.iter().zip(answers) {
+                match answer {
+                    Value::Array(found) => read.keys.extend(
+                        found
+                            .iter()
+                            .filter_map(Value::as_string)
+                            .map(|key| untag(&key)),
+                    ),
+                    other => {
+                        read.why = other.as_string();
+                        read.elsewhere.push(*slot);
+                    }
+                }
+            }
+        }
+        Ok(read)
     }
 
     /// Whether every primary of the map is connected (false with no map).
@@ -487,6 +515,15 @@ impl Cluster {
             reply => reply,
         }
     }
+}
+
+/// What one primary's listing read found: the keys, and the slots it did not serve (it
+/// answered why, last in `why`).
+#[derive(Default)]
+struct SlotsRead {
+    keys: Vec<String>,
+    elsewhere: Vec<HashSlot>,
+    why: Option<String>,
 }
 
 /// Which slots a group-wide script runs on in a Cluster group.

@@ -616,7 +616,7 @@ impl Group {
     /// A Cluster group's keys in hash slots `slots` that start with `start` once their slot
     /// tag is taken off, each slot read whole on the primary that serves it now (see
     /// [`Cluster::slot_keys`]). A master has no slots: it answers that it is not a Cluster.
-    pub async fn slot_keys(&self, slots: std::ops::Range<u16>, start: &str) -> Reply<Vec<String>> {
+    pub async fn slot_keys(&self, slots: &[u16], start: &str) -> Reply<Vec<String>> {
         match &self.nodes {
             Nodes::Master(_) => Reply::NotSent(NOT_A_CLUSTER),
             Nodes::Cluster(cluster) => cluster.slot_keys(slots, start).await,
