@@ -1,7 +1,7 @@
 //! The MCP server on Cluster groups: the real `quorumlock serve` binary over stdio, rmcp's
 //! real client, and a lab whose groups are Redis Clusters. The lock tools work as on
-//! Sentinel groups; a set of several resources is refused naming `resources`, and a listing,
-//! which passes Cluster groups over, answers unavailable.
+//! Sentinel groups; a set of several resources is refused naming `resources`, and a listing
+//! lists the locks held on Cluster groups.
 
 mod common;
 mod mcp_support;
@@ -67,8 +67,18 @@ async fn the_lock_tools_work_on_cluster_groups() {
         set.contains("resources") && set.contains("Redis Cluster"),
         "{set}"
     );
-    let listing = tool_error(client, "list_locks", json!({"prefix": "mcp:"})).await;
-    assert!(listing.contains("Cluster group"), "{listing}");
+    let listed = ok(
+        client,
+        "acquire_lock",
+        json!({"resource": "mcp:listed", "ttl_ms": 20000, "owner": "agent-2"}),
+    )
+    .await;
+    let listing = ok(client, "list_locks", json!({"prefix": "mcp:"})).await;
+    let locks = listing["locks"].as_array().expect("locks");
+    assert_eq!(locks.len(), 1, "{listing}");
+    assert_eq!(locks[0]["resource"], json!("mcp:listed"), "{listing}");
+    assert_eq!(locks[0]["owner"], json!("agent-2"), "{listing}");
+    release(client, "mcp:listed", str_of(&listed, "token")).await;
 
     server.close().await;
     drop(lab);

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, LazyLock, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use fred::prelude::*;
@@ -48,15 +48,11 @@ const LIST_ATTEMPTS: usize = 3;
 /// it well under a millisecond, and stays within the call timeout on a loaded machine.
 const LIST_SLOTS_PER_CALL: usize = 64;
 
-/// Reads a listing's keys in some slots of one primary (lua/list_slots.lua). Loaded by its
-/// first call on each primary: only listings run it.
-static LIST_SLOTS: LazyLock<Script> =
-    LazyLock::new(|| Script::from_lua(include_str!("../../lua/list_slots.lua")));
-
 pub(crate) const NOT_ONE_SLOT: &str =
     "a set of several resources spans hash slots, and a Cluster group runs a script on one slot";
 const NO_OWNER: &str = "no primary of the Cluster group owns the resource's slot now";
-const REDIRECTED: &str = "the slot moved to another primary (MOVED, ASK, TRYAGAIN or CLUSTERDOWN); the slot map is read again";
+const REDIRECTED: &str =
+    "the slot moved to another primary (MOVED, ASK or TRYAGAIN); the slot map is read again";
 
 /// One primary of the cluster.
 pub(crate) struct Shard {
@@ -450,7 +446,7 @@ impl Cluster {
             }
             let reply = shard
                 .master
-                .eval::<Value>(&LIST_SLOTS, Vec::new(), args)
+                .eval::<Value>(&scripts::LIST_SLOTS, Vec::new(), args)
                 .await;
             let answers = match self.redirected(reply) {
                 Reply::Answer(Value::Array(answers)) if answers.len() == chunk.len() => answers,

@@ -81,6 +81,9 @@ pub(crate) static ADOPT: LazyLock<Script> = LazyLock::new(|| {
         include_str!("../../lua/adopt.lua")
     ))
 });
+/// Reads a listing's keys in some slots of one Cluster primary.
+pub(crate) static LIST_SLOTS: LazyLock<Script> =
+    LazyLock::new(|| Script::from_lua(include_str!("../../lua/list_slots.lua")));
 /// Read-only view of a master's lock policy.
 pub(crate) static POLICY: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../../lua/policy.lua")));
@@ -148,7 +151,7 @@ impl GroupScript {
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 15] {
+pub(crate) fn all() -> [&'static Script; 16] {
     [
         &ACQUIRE,
         &PERMIT,
@@ -165,6 +168,7 @@ pub(crate) fn all() -> [&'static Script; 15] {
         &ADOPT_EACH_SLOT,
         &POLICY_EACH_SLOT,
         &ADMISSION_STATE_EACH_SLOT,
+        &LIST_SLOTS,
     ]
 }
 
