@@ -395,6 +395,44 @@ fn tag_slot(key: &str) -> Option<u16> {
     Some(key_slot(tag))
 }
 
+/// One field of `INFO <section>` on the node at `port`, as a number (`prefix` is what comes
+/// before it on its line, `field=` or `field:`).
+async fn info_number(port: u16, section: &str, prefix: &str) -> u64 {
+    let text = text(port, &["INFO", section]).await.unwrap_or_default();
+    text.lines()
+        .find_map(|line| line.strip_prefix(prefix))
+        .and_then(|rest| rest.split([',', '\r']).next())
+        .and_then(|number| number.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_slot_map_is_read_again_through_the_primaries_clients_not_new_connections() {
+    let fx = cluster_lab(3, 1, 0).await;
+    let [primary] = primaries(&fx.lab, 0).await[..] else {
+        panic!("one primary per group");
+    };
+    let map_reads = || info_number(primary, "commandstats", "cmdstat_cluster|slots:calls=");
+    let connections = || info_number(primary, "stats", "total_connections_received:");
+    // Each read of a number here is a connection of its own: counted, and taken off.
+    let connected_before = connections().await;
+    let reads_before = map_reads().await;
+    let mut own = 2;
+    let mut reads = reads_before;
+    while reads < reads_before + 3 {
+        tokio::time::sleep(100 * MS).await;
+        reads = map_reads().await;
+        own += 1;
+    }
+    let connected = connections().await - connected_before;
+    assert!(
+        connected < own + 3,
+        "{} map reads opened {} connections",
+        reads - reads_before,
+        connected - own
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_of_several_resources_is_refused_on_cluster_groups_naming_the_field() {
     let fx = cluster_lab(3, 1, 0).await;

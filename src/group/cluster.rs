@@ -654,34 +654,43 @@ struct View {
     ranges: Vec<SlotRange>,
 }
 
-/// Reads the map from every known primary and seed, keeps the view of a healthy node with
-/// the highest epoch, and connects new primaries; says so on `changes` when the map changed.
-/// Whether a map was read.
+/// Reads the map from the known primaries through their clients, and from the seeds too
+/// (each on a connection of its own) when no primary sees the cluster up; keeps the view of
+/// a healthy node with the highest epoch, and connects the new primaries at once. Says so on
+/// `changes` when the map changed. Whether a map was read.
 async fn refresh(
     builders: &Builders,
     map: &RwLock<Arc<SlotMap>>,
     changes: &watch::Sender<u64>,
 ) -> bool {
     let current = map.read().map(|map| map.clone()).unwrap_or_default();
-    let mut asked: Vec<(String, u16)> = current
-        .shards
-        .iter()
-        .filter_map(|shard| split_address(&shard.address))
-        .collect();
-    for seed in &builders.seeds {
-        if !asked.contains(seed) {
-            asked.push(seed.clone());
-        }
-    }
-    let views = futures::future::join_all(
-        asked
-            .iter()
-            .map(|(host, port)| read_view(builders, host, *port)),
-    )
-    .await;
-    let Some(view) = views
+    let mut views: Vec<View> =
+        futures::future::join_all(current.shards.iter().map(|shard| async move {
+            let (info, slots) = shard.master.cluster_map().await?;
+            let (host, _) = split_address(&shard.address)?;
+            Some(view_of(&info, &slots, &host))
+        }))
+        .await
         .into_iter()
         .flatten()
+        .collect();
+    if !views
+        .iter()
+        .any(|view| view.healthy && !view.ranges.is_empty())
+    {
+        let asked: Vec<(String, u16)> = current
+            .shards
+            .iter()
+            .filter_map(|shard| split_address(&shard.address))
+            .collect();
+        let seeds = builders.seeds.iter().filter(|seed| !asked.contains(seed));
+        let seed_views =
+            futures::future::join_all(seeds.map(|(host, port)| read_view(builders, host, *port)))
+                .await;
+        views.extend(seed_views.into_iter().flatten());
+    }
+    let Some(view) = views
+        .into_iter()
         .filter(|view| !view.ranges.is_empty())
         .max_by_key(|view| (view.healthy, view.epoch))
     else {
@@ -693,6 +702,21 @@ async fn refresh(
         .iter()
         .map(|shard| (shard.address.clone(), shard.clone()))
         .collect();
+    let mut new: Vec<&str> = Vec::new();
+    for range in &view.ranges {
+        if !by_address.contains_key(&range.primary) && !new.contains(&range.primary.as_str()) {
+            new.push(&range.primary);
+        }
+    }
+    let connected =
+        futures::future::join_all(new.iter().map(|address| connect_shard(builders, address))).await;
+    for (address, shard) in new.into_iter().zip(connected) {
+        if let Some(shard) = shard {
+            by_address.insert(address.to_string(), shard);
+        }
+    }
+    // Shards taken into the new map leave `by_address`; what is left is closed below.
+    let mut gone = by_address;
     let mut shards: Vec<Arc<Shard>> = Vec::new();
     let mut owners = vec![None; usize::from(SLOTS)];
     for range in &view.ranges {
@@ -702,12 +726,8 @@ async fn refresh(
         {
             Some(index) => index,
             None => {
-                let shard = match by_address.remove(&range.primary) {
-                    Some(shard) => shard,
-                    None => match connect_shard(builders, &range.primary).await {
-                        Some(shard) => shard,
-                        None => continue,
-                    },
+                let Some(shard) = gone.remove(&range.primary) else {
+                    continue;
                 };
                 shards.push(shard);
                 shards.len() - 1
@@ -735,8 +755,8 @@ async fn refresh(
         changes.send_modify(|count| *count += 1);
         // Primaries no longer in the map: closed now; a call still on one fails like a call
         // to a node that went away.
-        for (_, gone) in by_address {
-            tokio::spawn(async move { gone.master.quit().await });
+        for (_, shard) in gone {
+            tokio::spawn(async move { shard.master.quit().await });
         }
     }
     true
@@ -807,18 +827,24 @@ async fn read_view(builders: &Builders, host: &str, port: u16) -> Option<View> {
     }
     drop(connection);
     let (info, slots) = answer?;
+    Some(view_of(&info, &slots, host))
+}
+
+/// A node's view from its `CLUSTER INFO` and `CLUSTER SLOTS` replies; `host` is where it was
+/// asked.
+fn view_of(info: &str, slots: &Value, host: &str) -> View {
     let field = |name: &str| {
         info.lines()
             .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
             .map(str::to_string)
     };
-    Some(View {
+    View {
         healthy: field("cluster_state").as_deref() == Some("ok"),
         epoch: field("cluster_current_epoch")
             .and_then(|epoch| epoch.parse().ok())
             .unwrap_or(0),
-        ranges: parse_slots(&slots, host),
-    })
+        ranges: parse_slots(slots, host),
+    }
 }
 
 /// The ranges of a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, ...], replicas...], ...]`.

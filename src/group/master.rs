@@ -205,6 +205,22 @@ impl Master {
         }
     }
 
+    /// `CLUSTER INFO` and `CLUSTER SLOTS` of this node, each within the per-call timeout.
+    pub async fn cluster_map(&self) -> Option<(String, Value)> {
+        let cluster = || fred::cmd!("CLUSTER", blocking: false);
+        let info = self
+            .timed
+            .custom::<String, _>(cluster(), vec!["INFO"])
+            .await
+            .ok()?;
+        let slots = self
+            .timed
+            .custom::<Value, _>(cluster(), vec!["SLOTS"])
+            .await
+            .ok()?;
+        Some((info, slots))
+    }
+
     /// `host:port` of the master the client is connected to now.
     pub fn connected_master(&self) -> Option<String> {
         self.client
