@@ -3,8 +3,10 @@
 -- (holder.lua is prepended.)
 -- KEYS: the locks   ARGV: token, announcement ('' announces nothing), then per lock its
 --       release channel, then 'sharded' in a Cluster group
--- Returns 1 deleted at least one | 0 none was ours (expired, released, or another holder's)
+-- Returns 1 deleted at least one | 0 none was ours, another token holds one
+--       | 8 none was ours, none exists (expired, released, or never granted here)
 local deleted = 0
+local held = false
 -- A Cluster group announces with sharded pub/sub, on a channel in the resource's slot: its
 -- waiters subscribe on that slot's primary, and no other node hears it. Redis before 7.0 has
 -- no sharded pub/sub: there the count fails and nothing is announced (waiters poll).
@@ -20,7 +22,9 @@ local function listeners(channel)
   return 0
 end
 for lock = 1, #KEYS do
-  if holder_of(redis.call('GET', KEYS[lock])) == ARGV[1] then
+  local holder = holder_of(redis.call('GET', KEYS[lock]))
+  held = held or holder ~= nil
+  if holder == ARGV[1] then
     redis.call('DEL', KEYS[lock])
     deleted = 1
     -- Only when someone listens: a PUBLISH is replicated like a write. A waiter subscribes
@@ -37,5 +41,8 @@ for lock = 1, #KEYS do
       end
     end
   end
+end
+if deleted == 0 and not held then
+  return 8
 end
 return deleted

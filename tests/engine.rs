@@ -913,6 +913,47 @@ async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_relea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_released() {
+    let fx = fixture(plain, |mut topology| {
+        topology.call_timeout_ms = 1_000;
+        topology
+    })
+    .await;
+    let lease = fx
+        .locks
+        .acquire("taken-over")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    // The lease ends behind its holder's back, and another holder takes the lock.
+    fx.delete_everywhere(&lock_key("taken-over")).await;
+    let other = fx
+        .locks
+        .acquire("taken-over")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("the other holder");
+    // Every first try is held past its timeout; each retry finds the other holder's lock.
+    pause_writes(&fx, fx.groups()).await;
+    let release = tokio::spawn(lease.release());
+    let retried = retried_behind_held_calls(&fx, fx.groups()).await;
+    resume_writes(&fx, fx.groups()).await;
+    assert!(retried, "no master got a retry behind the held release");
+    let outcome = release.await.expect("release task");
+    assert!(
+        matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
+        "another holder's lock was reported released: {outcome:?}"
+    );
+    let status = fx.locks.status("taken-over").await.expect("status");
+    assert_eq!(
+        status.fencing_token,
+        Some(other.fencing_token()),
+        "{status:?}"
+    );
+    other.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_late() {
     let fx = fixture(plain, |mut topology| {
         topology.call_timeout_ms = 1_000;

@@ -217,12 +217,14 @@ impl Engine {
                 for ((vote, tried), ran) in votes.iter_mut().zip(tries).zip(may_have_run) {
                     let Some(tried) = tried else { continue };
                     let ran = ran || tried.earlier_may_have_run;
-                    vote.vote = Vote::from_reply(Some(tried.last), |answer| token_vote(&answer));
-                    // A try that may have run, then "not ours": our lock is gone from that
+                    // A try that may have run, then no lock at all: ours is gone from that
                     // group, and while the lease lives only this release deletes it. Counted as
                     // deleted there, or a release whose replies came back after the call
-                    // timeout would say that the lock it deleted was not held.
-                    if ran && !ended_before && vote.vote == Vote::NotHeld {
+                    // timeout would say that the lock it deleted was not held. Another
+                    // holder's lock there says our token did not hold it.
+                    let absent = matches!(&tried.last, Reply::Answer(value) if status(value) == Some(code::ABSENT));
+                    vote.vote = Vote::from_reply(Some(tried.last), |answer| token_vote(&answer));
+                    if ran && !ended_before && absent {
                         vote.vote = Vote::Granted;
                     }
                 }
@@ -323,12 +325,20 @@ enum TokenCall {
 }
 
 /// The vote behind a release or extend answer.
+/// The status code of a compare-by-token answer: the answer, or the first of its values.
+fn status(answer: &Value) -> Option<u64> {
+    match answer {
+        Value::Array(values) => integer(values.first()),
+        other => integer(Some(other)),
+    }
+}
+
 fn token_vote(answer: &Value) -> Vote {
-    let (status, detail) = match answer {
-        Value::Array(values) => (integer(values.first()), integer(values.get(1))),
-        other => (integer(Some(other)), None),
+    let detail = match answer {
+        Value::Array(values) => integer(values.get(1)),
+        _ => None,
     };
-    match status {
+    match status(answer) {
         Some(code::GRANTED) => Vote::Granted,
         Some(code::QUARANTINED) => Vote::Quarantined {
             remaining_ms: detail.unwrap_or(0),

@@ -25,6 +25,8 @@ pub mod code {
     pub const EVICTS: u64 = 6;
     /// A semaphore's permit: it exists with another permit count than the one asked with.
     pub const PERMITS_DIFFER: u64 = 7;
+    /// Release: no lock of the call exists on the group, whoever held it.
+    pub const ABSENT: u64 = 8;
 }
 
 /// The shortest life of a fence key after its last grant.
@@ -168,6 +170,10 @@ mod tests {
         answers(
             include_str!("../../lua/extend.lua"),
             &[code::HELD, code::GRANTED],
+        );
+        assert!(
+            include_str!("../../lua/release.lua").contains(&format!("return {}", code::ABSENT)),
+            "release.lua never answers that no lock exists"
         );
     }
 }
