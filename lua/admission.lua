@@ -25,6 +25,7 @@ local policy_max_ttl
 local info_reply
 local now
 local function admission_of(marker, policy_key)
+  policy_max_ttl = nil
   info_reply = info_reply or redis.call('INFO', 'replication', 'memory')
   local eviction = eviction_policy(info_reply)
   if eviction then

@@ -254,7 +254,7 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
     let [primary] = primaries(&fx.lab, 0).await[..] else {
         panic!("one primary per group");
     };
-    // g0 holds the slot of `batch:40` out of the vote; its other slots stay admitted.
+    // g1 holds the slot of `batch:40` out of the vote; its other slots stay admitted.
     let quarantined = key_slot("batch:40");
     let marker = keys(primary, "*ql:admission")
         .await
@@ -268,14 +268,20 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
     );
 
     let names: Vec<String> = (0..64).map(|n| format!("batch:{n}")).collect();
+    let before = script_calls(primary).await;
     let leases = acquire_at_once(&fx.locks, &names).await;
-    // The calls went out together; g0 grants `batch:41` and never `batch:40`.
-    let lock_on_g0 = |name: &str| {
+    // The calls went out together; g1 grants `batch:41` and never `batch:40`.
+    let lock_on_g1 = |name: &str| {
         let pattern = format!("*ql:{{{name}}}:lock");
         async move { !keys(primary, &pattern).await.is_empty() }
     };
-    assert!(eventually(10 * FOLLOWS_WITHIN, || lock_on_g0("batch:41")).await);
-    assert!(!lock_on_g0("batch:40").await, "a quarantined slot granted");
+    assert!(eventually(10 * FOLLOWS_WITHIN, || lock_on_g1("batch:41")).await);
+    assert!(!lock_on_g1("batch:40").await, "a quarantined slot granted");
+    let sent = script_calls(primary).await - before;
+    assert!(
+        sent <= 16,
+        "64 grants took {sent} script calls: not batched"
+    );
     for (lease, name) in leases.into_iter().zip(&names) {
         let lease = lease.unwrap_or_else(|error| panic!("{name}: {error}"));
         if name == "batch:40" {
@@ -351,6 +357,7 @@ async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side()
     assert!(fence_before.is_some(), "the fence stays on the source");
 
     // Everything at once, the moving resource last: its call to g1 goes out in a batch.
+    let before = script_calls(source).await;
     let attempts = acquire_at_once(&fx.locks, &names).await;
     let witness_pattern = format!("*ql:{{{witness}}}:lock");
     let ran = eventually(FOLLOWS_WITHIN, || {
@@ -359,6 +366,12 @@ async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side()
     })
     .await;
     assert!(ran, "the batch never reached the source");
+    let sent = script_calls(source).await - before;
+    assert!(
+        sent < on_source.len() as u64 / 2,
+        "{} grants took {sent} script calls on the source: not batched",
+        on_source.len()
+    );
     // The source has the fence but not the lock: it never reads the lock as free.
     assert!(
         keys(source, &lock_pattern).await.is_empty(),

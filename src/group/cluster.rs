@@ -35,6 +35,9 @@ use crate::group::slots::{HashSlot, SLOTS};
 
 /// How often the slot map is read while nothing asks for it sooner.
 const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+/// Every how many reads of the map the seeds are asked too, even while the primaries see
+/// the cluster up: a primary cut off from the others says so only after the node timeout.
+const SEEDS_EVERY: u64 = 10;
 /// Most slots one `each_slot.lua` call runs: a script holds its primary until it ends. An
 /// admission runs about 70 µs per slot (its `INFO` alone 20), so a call holds the primary
 /// for about 5 ms.
@@ -154,7 +157,7 @@ impl Cluster {
     /// Reads the slot map once (bounded), connects its primaries, and starts the task that
     /// keeps it current. Whether a map was read.
     pub async fn start(&self) -> bool {
-        let read = refresh(&self.builders, &self.map, &self.changes).await;
+        let read = refresh(&self.builders, &self.map, &self.changes, Seeds::Always).await;
         let task = tokio::spawn(keep_current(
             self.builders.clone(),
             self.map.clone(),
@@ -632,9 +635,14 @@ async fn keep_current(
     stale: Arc<Notify>,
     changes: Arc<watch::Sender<u64>>,
 ) {
-    loop {
+    for round in 1_u64.. {
         let _ = tokio::time::timeout(REFRESH_INTERVAL, stale.notified()).await;
-        refresh(&builders, &map, &changes).await;
+        let seeds = if round % SEEDS_EVERY == 0 {
+            Seeds::Always
+        } else {
+            Seeds::WhenNoPrimaryIsUp
+        };
+        refresh(&builders, &map, &changes, seeds).await;
         tokio::time::sleep(REFRESH_SPACING).await;
     }
 }
@@ -654,14 +662,22 @@ struct View {
     ranges: Vec<SlotRange>,
 }
 
+/// When a read of the slot map asks the seeds too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seeds {
+    Always,
+    WhenNoPrimaryIsUp,
+}
+
 /// Reads the map from the known primaries through their clients, and from the seeds too
-/// (each on a connection of its own) when no primary sees the cluster up; keeps the view of
-/// a healthy node with the highest epoch, and connects the new primaries at once. Says so on
-/// `changes` when the map changed. Whether a map was read.
+/// (each on a connection of its own) as `seeds` says; keeps the view of a healthy node with
+/// the highest epoch, and connects the new primaries at once. Says so on `changes` when the
+/// map changed. Whether a map was read.
 async fn refresh(
     builders: &Builders,
     map: &RwLock<Arc<SlotMap>>,
     changes: &watch::Sender<u64>,
+    seeds: Seeds,
 ) -> bool {
     let current = map.read().map(|map| map.clone()).unwrap_or_default();
     let mut views: Vec<View> =
@@ -674,10 +690,10 @@ async fn refresh(
         .into_iter()
         .flatten()
         .collect();
-    if !views
+    let primary_up = views
         .iter()
-        .any(|view| view.healthy && !view.ranges.is_empty())
-    {
+        .any(|view| view.healthy && !view.ranges.is_empty());
+    if seeds == Seeds::Always || !primary_up {
         let asked: Vec<(String, u16)> = current
             .shards
             .iter()
