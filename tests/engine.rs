@@ -13,7 +13,7 @@ use common::{
 };
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
-use quorumlock::{Error, LeaseEnd, Locks, Vote};
+use quorumlock::{Error, Lease, LeaseEnd, Locks, Released, Vote};
 use tokio::sync::Mutex;
 
 const MS: Duration = Duration::from_millis(1);
@@ -891,14 +891,35 @@ async fn retried_behind_held_calls(fx: &Fixture, groups: std::ops::Range<usize>)
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_released() {
-    // Long enough a call timeout for the test to act between a try and its retry.
-    let fx = fixture(plain, |mut topology| {
+/// A plain lab whose call timeout is long enough for a test to act between a try and its
+/// retry.
+async fn late_replies_fixture() -> Fixture {
+    fixture(plain, |mut topology| {
         topology.call_timeout_ms = 1_000;
         topology
     })
-    .await;
+    .await
+}
+
+/// Releases `lease` while the masters of `groups` hold every write until its caller gave
+/// up on the first try and sent the retry behind it.
+async fn released_late(
+    fx: &Fixture,
+    lease: Lease,
+    groups: std::ops::Range<usize>,
+) -> Result<Released, Error> {
+    pause_writes(fx, groups.clone()).await;
+    let release = tokio::spawn(lease.release());
+    let retried = retried_behind_held_calls(fx, groups.clone()).await;
+    resume_writes(fx, groups).await;
+    assert!(retried, "no master got a retry behind the held release");
+    release.await.expect("release task")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_released() {
+    // Long enough a call timeout for the test to act between a try and its retry.
+    let fx = late_replies_fixture().await;
     let lease = fx
         .locks
         .acquire("late-replies")
@@ -907,12 +928,7 @@ async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_relea
         .expect("acquire");
     // Every master holds the release until its caller gave up on it and sent the retry;
     // then the release runs and deletes the lock, and the retry finds it gone.
-    pause_writes(&fx, fx.groups()).await;
-    let release = tokio::spawn(lease.release());
-    let retried = retried_behind_held_calls(&fx, fx.groups()).await;
-    resume_writes(&fx, fx.groups()).await;
-    assert!(retried, "no master got a retry behind the held release");
-    let outcome = release.await.expect("release task");
+    let outcome = released_late(&fx, lease, fx.groups()).await;
     assert!(
         matches!(&outcome, Ok(released) if released.released && released.groups_released == 5),
         "the release deleted the lock on every group: {outcome:?}"
@@ -922,11 +938,7 @@ async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_relea
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_released() {
-    let fx = fixture(plain, |mut topology| {
-        topology.call_timeout_ms = 1_000;
-        topology
-    })
-    .await;
+    let fx = late_replies_fixture().await;
     let lease = fx
         .locks
         .acquire("taken-over")
@@ -942,12 +954,7 @@ async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_r
         .await
         .expect("the other holder");
     // Every first try is held past its timeout; each retry finds the other holder's lock.
-    pause_writes(&fx, fx.groups()).await;
-    let release = tokio::spawn(lease.release());
-    let retried = retried_behind_held_calls(&fx, fx.groups()).await;
-    resume_writes(&fx, fx.groups()).await;
-    assert!(retried, "no master got a retry behind the held release");
-    let outcome = release.await.expect("release task");
+    let outcome = released_late(&fx, lease, fx.groups()).await;
     assert!(
         matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
         "another holder's lock was reported released: {outcome:?}"
@@ -963,11 +970,7 @@ async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_late() {
-    let fx = fixture(plain, |mut topology| {
-        topology.call_timeout_ms = 1_000;
-        topology
-    })
-    .await;
+    let fx = late_replies_fixture().await;
     let lease = fx
         .locks
         .acquire("ended")
@@ -978,12 +981,7 @@ async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_
     fx.delete_everywhere(&lock_key("ended")).await;
     // One master answers late: its retry finds nothing either, which says nothing about who
     // deleted the lock there; the other four said at once that it was gone.
-    pause_writes(&fx, 0..1).await;
-    let release = tokio::spawn(lease.release());
-    let retried = retried_behind_held_calls(&fx, 0..1).await;
-    resume_writes(&fx, 0..1).await;
-    assert!(retried, "g1 got no retry behind the held release");
-    let outcome = release.await.expect("release task");
+    let outcome = released_late(&fx, lease, 0..1).await;
     assert!(
         matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
         "the lease had ended before its release: {outcome:?}"
