@@ -10,9 +10,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::resp::{Reply, array, call, key_slot, text};
-use common::{connect, eventually, start_lab, temp_dir};
-use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind, NodeStatus};
+use common::resp::{Reply, array, call, key_slot, migrate_keys, start_slot_move, text};
+use common::{connect, eventually, port_of, start_lab, temp_dir};
+use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
 use quorumlock::{Error, GroupVote, Lease, Locks, Topology, Vote};
 use tempfile::TempDir;
 
@@ -62,6 +62,17 @@ async fn tuned_cluster_lab(
         quarantine_ms: policy.max_ttl_ms + policy.write_window_ms,
         _dir: dir,
     }
+}
+
+/// Checks that `group` did not grant: it refused as quarantined, or was not waited for.
+fn assert_sits_out(votes: &[GroupVote], group: &str) {
+    assert!(
+        matches!(
+            vote_of(votes, group),
+            Vote::Quarantined { .. } | Vote::NotAwaited
+        ),
+        "{votes:?}"
+    );
 }
 
 fn vote_of(votes: &[GroupVote], group: &str) -> Vote {
@@ -285,14 +296,7 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
     for (lease, name) in leases.into_iter().zip(&names) {
         let lease = lease.unwrap_or_else(|error| panic!("{name}: {error}"));
         if name == "batch:40" {
-            assert!(
-                matches!(
-                    vote_of(lease.votes(), "g1"),
-                    Vote::Quarantined { .. } | Vote::NotAwaited
-                ),
-                "{:?}",
-                lease.votes()
-            );
+            assert_sits_out(lease.votes(), "g1");
         }
         lease.release().await.expect("released");
     }
@@ -319,7 +323,6 @@ async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side()
     let [.., witness, moving] = &on_source[..] else {
         panic!("too few names on one shard: {on_source:?}");
     };
-    let slot = key_slot(moving).to_string();
     let (source, target) = (primary_of(0), primary_of(1));
     let holder = fx
         .locks
@@ -329,29 +332,12 @@ async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side()
         .expect("granted before the move");
 
     // Its slot starts moving, and its lock key (only) reaches the target first.
-    let id = |port: u16| async move { text(port, &["CLUSTER", "MYID"]).await.expect("node id") };
-    let (source_id, target_id) = (id(source).await, id(target).await);
-    let ok = Some(Reply::Text("OK".into()));
-    let importing = ["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id];
-    assert_eq!(call(target, &importing).await, ok);
-    let migrating = ["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id];
-    assert_eq!(call(source, &migrating).await, ok);
+    start_slot_move(source, target, key_slot(moving)).await;
     let lock_pattern = format!("*ql:{{{moving}}}:lock");
     let [lock] = &keys(source, &lock_pattern).await[..] else {
         panic!("the lock of {moving} is on the source");
     };
-    let target_port = target.to_string();
-    let migrate = [
-        "MIGRATE",
-        "127.0.0.1",
-        &target_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-        lock,
-    ];
-    assert_eq!(call(source, &migrate).await, ok);
+    migrate_keys(source, target, &[lock]).await;
     let fence = lock.replace(":lock", ":fence");
     let fence_before = text(source, &["GET", &fence]).await;
     assert!(fence_before.is_some(), "the fence stays on the source");
@@ -557,15 +543,6 @@ fn slow_retries(mut topology: Topology) -> Topology {
 
 /// Well under the 10 s between a waiter's tries, with room for two busy cores.
 const WOKEN_WITHIN: Duration = Duration::from_secs(3);
-
-/// The port of the node of `kind` in `shard` of `group`, as the lab started it.
-fn port_of(status: &[NodeStatus], group: usize, shard: usize, kind: NodeKind) -> u16 {
-    status
-        .iter()
-        .find(|node| node.group == Some(group) && node.shard == Some(shard) && node.kind == kind)
-        .map(|node| node.port)
-        .unwrap_or_else(|| panic!("g{} has shard {shard} with a {kind:?}", group + 1))
-}
 
 /// A 10 s lease on each of `names`, all asked for at once, so the calls to each primary
 /// after the first queue behind it and go out as a batch.
@@ -783,14 +760,7 @@ async fn a_waiter_is_woken_by_a_release_after_its_group_fails_over() {
         "woke {woke_after:?} after the release: g1's announcement did not reach it"
     );
     // g1's new primary sits out its quarantine: refused, or not waited for.
-    assert!(
-        matches!(
-            vote_of(lease.votes(), "g1"),
-            Vote::Quarantined { .. } | Vote::NotAwaited
-        ),
-        "{:?}",
-        lease.votes()
-    );
+    assert_sits_out(lease.votes(), "g1");
     lease.release().await.expect("released");
     other.close().await;
 }

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::resp::{Reply, call, call_replica, key_slot, text};
-use common::{connect, eventually, start_lab, temp_dir};
+use common::{connect, eventually, port_of, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, LabSpec, NodeKind};
 use quorumlock::{AdmitOptions, protocol::Policy};
 
@@ -49,13 +49,7 @@ async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replic
     })
     .await;
     let status = lab.status().await;
-    let node = |shard: usize, kind: NodeKind| {
-        status
-            .iter()
-            .find(|node| node.group == Some(0) && node.shard == Some(shard) && node.kind == kind)
-            .map(|node| node.port)
-            .expect("g1 has the node")
-    };
+    let node = |shard: usize, kind: NodeKind| port_of(&status, 0, shard, kind);
     let (primary, replica) = (node(0, NodeKind::Master), node(0, NodeKind::Replica));
     let other = node(1, NodeKind::Master);
     let other_id = text(other, &["CLUSTER", "MYID"]).await.expect("node id");

@@ -12,8 +12,8 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::resp::{Reply, array, call, key_slot, text};
-use common::{connect, eventually, hold_a_lock_and_two_permits, start_lab, temp_dir};
+use common::resp::{array, key_slot, migrate_keys, start_slot_move};
+use common::{connect, eventually, hold_a_lock_and_two_permits, port_of, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Lab, LabSpec, NodeKind};
 use quorumlock::{Error, Lease, LockList, Locks};
 use tempfile::TempDir;
@@ -299,15 +299,7 @@ async fn a_listing_while_a_slot_is_mid_migration_lists_each_held_lock_once_or_sa
     let fx = cluster_lab(3, 2).await;
     let leases = hold_on_every_group(&fx.locks, "half:", 6).await;
     let status = fx.lab.status().await;
-    let primary = |shard: usize| {
-        status
-            .iter()
-            .find(|node| {
-                node.group == Some(0) && node.shard == Some(shard) && node.kind == NodeKind::Master
-            })
-            .map(|node| node.port)
-            .expect("g1 has the shard")
-    };
+    let primary = |shard: usize| port_of(&status, 0, shard, NodeKind::Master);
     // One lock of g1's first shard has every key moved to the second shard, its slot still
     // migrating: the source no longer has them, and its slot list would not show them.
     let mut moving = None;
@@ -325,29 +317,12 @@ async fn a_listing_while_a_slot_is_mid_migration_lists_each_held_lock_once_or_sa
     }
     let moving = moving.expect("a lock on g1's first shard");
     let (source, target) = (primary(0), primary(1));
-    let slot = key_slot(&moving).to_string();
-    let id = |port: u16| async move { text(port, &["CLUSTER", "MYID"]).await.expect("node id") };
-    let (source_id, target_id) = (id(source).await, id(target).await);
-    let ok = Some(Reply::Text("OK".into()));
-    let importing = ["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id];
-    assert_eq!(call(target, &importing).await, ok);
-    let migrating = ["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id];
-    assert_eq!(call(source, &migrating).await, ok);
+    start_slot_move(source, target, key_slot(&moving)).await;
     let pattern = format!("*ql:{{{moving}}}:*");
     let moved = array(source, &["KEYS", &pattern]).await.unwrap_or_default();
     assert_eq!(moved.len(), 2, "the lock and its fence: {moved:?}");
-    let target_port = target.to_string();
-    let mut migrate = vec![
-        "MIGRATE",
-        "127.0.0.1",
-        &target_port,
-        "",
-        "0",
-        "5000",
-        "KEYS",
-    ];
-    migrate.extend(moved.iter().map(String::as_str));
-    assert_eq!(call(source, &migrate).await, ok);
+    let moved: Vec<&str> = moved.iter().map(String::as_str).collect();
+    migrate_keys(source, target, &moved).await;
 
     // g1's walk cannot read that slot on its source: the listing lists every held lock once
     // all the same (on this setup it does), or says it cannot; it never misses the moved

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use fred::prelude::*;
-use quorumlock::lab::{Lab, LabSpec};
+use quorumlock::lab::{Lab, LabSpec, NodeKind, NodeStatus};
 use quorumlock::{Locks, Topology};
 use tempfile::TempDir;
 
@@ -282,4 +282,14 @@ pub async fn hold_a_lock_and_two_permits(locks: &Locks) -> LockAndPermits {
         );
     }
     LockAndPermits { lock, permits }
+}
+
+/// The port of the node of `kind` in `shard` of `group` of a Cluster lab, as the lab started
+/// it.
+pub fn port_of(status: &[NodeStatus], group: usize, shard: usize, kind: NodeKind) -> u16 {
+    status
+        .iter()
+        .find(|node| node.group == Some(group) && node.shard == Some(shard) && node.kind == kind)
+        .map(|node| node.port)
+        .unwrap_or_else(|| panic!("g{} has shard {shard} with a {kind:?}", group + 1))
 }

@@ -204,3 +204,28 @@ pub fn key_slot(key: &str) -> u16 {
     }
     crc % 16_384
 }
+
+/// Starts moving `slot` from the node at `source` to the node at `target`, as resharding does
+/// before it moves keys: IMPORTING on the target, MIGRATING on the source.
+pub async fn start_slot_move(source: u16, target: u16, slot: u16) {
+    let id = |port: u16| async move { text(port, &["CLUSTER", "MYID"]).await.expect("node id") };
+    let (source_id, target_id) = (id(source).await, id(target).await);
+    let slot = slot.to_string();
+    let ok = Some(Reply::Text("OK".into()));
+    let importing = ["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id];
+    assert_eq!(call(target, &importing).await, ok);
+    let migrating = ["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id];
+    assert_eq!(call(source, &migrating).await, ok);
+}
+
+/// Moves `keys` from the node at `source` to the node at `target` (MIGRATE).
+pub async fn migrate_keys(source: u16, target: u16, keys: &[&str]) {
+    let target = target.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &target, "", "0", "5000", "KEYS"];
+    migrate.extend_from_slice(keys);
+    assert_eq!(
+        call(source, &migrate).await,
+        Some(Reply::Text("OK".into())),
+        "MIGRATE {keys:?}"
+    );
+}
