@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::plain_lab;
+use common::{eventually, plain_lab};
 use quorumlock::{Error, MAX_PERMITS};
 
 const MS: Duration = Duration::from_millis(1);
@@ -272,6 +272,19 @@ async fn a_semaphore_in_use_is_one_entry_in_list_with_its_holders() {
         .await
         .expect("permit of the oddly named semaphore");
 
+    // A grant the vote was decided without may reach its group after a walk passed it
+    // (docs/mcp.md, list_locks): list once every grant has landed.
+    let landed = eventually(Duration::from_secs(5), || async {
+        fx.values_of("ql:{api:x}:permit:7}:permit:0")
+            .await
+            .iter()
+            .all(Option::is_some)
+    })
+    .await;
+    assert!(
+        landed,
+        "the odd semaphore's permit never reached every group"
+    );
     let list = fx.locks.list("api:", 100).await.expect("list");
     let locks: Vec<&str> = list.locks.iter().map(|l| l.resource.as_str()).collect();
     assert_eq!(locks, ["api:deploy"], "no rows for permits: {list:?}");
