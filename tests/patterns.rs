@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::plain_lab;
-use quorumlock::{AcquireOptions, Error};
+use common::{connect, plain_lab};
+use quorumlock::{AcquireOptions, Error, LeaseEnd, Topology};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 
@@ -50,11 +50,17 @@ struct Running {
 
 impl Running {
     fn start(config: &Path, args: &[&str]) -> Running {
+        Running::start_with(config, &[], args)
+    }
+
+    /// [`Running::start`] with `env` set for `run`.
+    fn start_with(config: &Path, env: &[(&str, &str)], args: &[&str]) -> Running {
         let mut child = Command::new(BIN)
             .arg("--config")
             .arg(config)
             .arg("run")
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("QUORUMLOCK_CONFIG")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -543,6 +549,265 @@ struct DropFlag(Arc<AtomicBool>);
 
 impl Drop for DropFlag {
     fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A command deaf to SIGTERM with a child of its own, so only a SIGKILL to its whole group
+/// stops both. It writes both PIDs to `pids`, then says `ready`.
+fn stubborn_pair(pids: &Path) -> String {
+    format!(
+        "trap '' TERM; sleep 60 & echo \"$$ $!\" > '{}'; echo ready; wait",
+        pids.display()
+    )
+}
+
+/// The two PIDs [`stubborn_pair`] wrote: the shell's and its child's.
+fn pair_pids(pids: &Path) -> [i32; 2] {
+    let written = std::fs::read_to_string(pids).expect("the command wrote its PIDs");
+    let mut parsed = written
+        .split_whitespace()
+        .map(|pid| pid.parse().expect("a PID"));
+    [
+        parsed.next().expect("the shell's PID"),
+        parsed.next().expect("its child's PID"),
+    ]
+}
+
+/// When process `pid` exits (at once when it is gone already), from its pidfd: it need not
+/// be this test's child.
+async fn exit_of(pid: i32) -> Instant {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: pidfd_open takes a PID and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return Instant::now();
+    }
+    // SAFETY: a descriptor just returned to us, owned here alone.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: the AsyncFd owns the descriptor, which stays open as long as it lives.
+    let fd = unsafe {
+        tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)
+    }
+    .map_err(|refused| refused.to_string())
+    .expect("watch the pidfd");
+    let _ready = fd.readable().await.expect("pidfd readable");
+    Instant::now()
+}
+
+/// When the last of `pids` exited, or `None` if one still ran `within` from now.
+async fn all_exited(pids: [i32; 2], within: Duration) -> Option<Instant> {
+    let both = async { tokio::join!(exit_of(pids[0]), exit_of(pids[1])) };
+    let (first, second) = tokio::time::timeout(within, both).await.ok()?;
+    Some(first.max(second))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_hold_the_next_holder_starts_only_after_every_process_of_the_command_died() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let pids = fx.path("pids");
+    let script = stubborn_pair(&pids);
+    // max_hold is reached at the first renewal, a third of the TTL in.
+    let mut first = Running::start_with(
+        &config,
+        &[("QUORUMLOCK_MAX_HOLD_MS", "3000")],
+        &[
+            "capped",
+            "--ttl-ms",
+            "3000",
+            "--grace-ms",
+            "5000",
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    first.said("ready").await;
+    let [shell, child] = pair_pids(&pids);
+    // The next holder's first act: look for any process of the first command.
+    let check = format!(
+        "if kill -0 {shell} 2>/dev/null || kill -0 {child} 2>/dev/null; then echo OVERLAP; else echo CLEAN; fi"
+    );
+    let next = run_to_end(
+        &config,
+        &["capped", "--wait-ms", "20000", "--", "bash", "-c", &check],
+    )
+    .await;
+    assert_eq!(
+        text(&next.stdout),
+        "CLEAN\n",
+        "the next holder ran while the first command still ran: {}",
+        text(&next.stderr)
+    );
+    let (status, stderr) = first.ended().await;
+    assert_eq!(status.code(), Some(LEASE_LOST), "{stderr}");
+    assert!(stderr.contains("max_hold_ms"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_renewals_fail_the_commands_whole_group_dies_before_the_lease_validity_ends() {
+    let mut fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let pids = fx.path("pids");
+    let script = stubborn_pair(&pids);
+    // Renewals come every third of the TTL; the kill lands a tenth of it (1 s) before the
+    // validity's end, which covers run's start-up in the bound below.
+    let ttl = Duration::from_secs(10);
+    // run's acquire starts after this, so its validity ends after `started` + the lifetime.
+    let started = Instant::now();
+    let mut run = Running::start(
+        &config,
+        &[
+            "frozen",
+            "--ttl-ms",
+            "10000",
+            "--grace-ms",
+            "60000",
+            "--",
+            "bash",
+            "-c",
+            &script,
+        ],
+    );
+    run.said("ready").await;
+    let pids = pair_pids(&pids);
+    for group in 0..3 {
+        fx.lab.freeze(group).await.expect("freeze a master");
+    }
+    assert!(
+        started.elapsed() < ttl / 3,
+        "three masters frozen before the first renewal, {:?} in",
+        started.elapsed()
+    );
+    let lifetime =
+        ttl.saturating_sub(ttl.mul_f64(fx.topology.drift_factor) + Duration::from_millis(2));
+    let dead = all_exited(pids, ttl + PROMPTLY).await;
+    let validity_end = started + lifetime;
+    match dead {
+        Some(dead) => assert!(
+            dead <= validity_end,
+            "the last process of the command died {:?} after the lease's validity ended",
+            dead - validity_end
+        ),
+        None => panic!("the command's processes outlived the lease by {PROMPTLY:?}"),
+    }
+    let (status, stderr) = run.ended().await;
+    assert_eq!(status.code(), Some(LEASE_LOST), "{stderr}");
+    for group in 0..3 {
+        fx.lab.thaw(group).await.expect("thaw");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_dies_with_run_when_run_is_killed() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let pids = fx.path("pids");
+    let script = stubborn_pair(&pids);
+    let mut run = Running::start(&config, &["orphaned", "--", "bash", "-c", &script]);
+    run.said("ready").await;
+    let pids = pair_pids(&pids);
+    run.signal(libc::SIGKILL);
+    assert!(
+        all_exited(pids, PROMPTLY).await.is_some(),
+        "the command's processes outlived run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_hold_with_lock_drops_the_work_before_the_lock_can_go_to_anyone_else() {
+    let fx = plain_lab().await;
+    let capped = connect(Topology {
+        max_hold_ms: 1500,
+        ..fx.topology.clone()
+    })
+    .await;
+    let next = fx.client().await;
+    let options = AcquireOptions {
+        ttl: Duration::from_millis(1500),
+        ..AcquireOptions::default()
+    };
+    let dropped = Arc::new(AtomicBool::new(false));
+    let work_dropped = SlowDropFlag(dropped.clone());
+    let (started, started_rx) = tokio::sync::oneshot::channel();
+    let work = capped.with_lock("capped", &options, |_scope| async move {
+        let _flag = work_dropped;
+        let _ = started.send(());
+        std::future::pending::<()>().await;
+    });
+    // A task of its own, on the other worker thread: the work's drop blocks this one.
+    let work_was_dropped = dropped.clone();
+    let take_next = tokio::spawn(async move {
+        started_rx.await.expect("the work started");
+        let lease = next
+            .acquire("capped")
+            .wait(PROMPTLY)
+            .await
+            .expect("the next holder gets the lock");
+        let work_gone = work_was_dropped.load(Ordering::SeqCst);
+        lease.release().await.expect("release");
+        work_gone
+    });
+    let (outcome, work_gone) =
+        tokio::time::timeout(PROMPTLY, async { tokio::join!(work, take_next) })
+            .await
+            .expect("with_lock returns at max_hold");
+    let work_gone = work_gone.expect("the next holder's task");
+    assert!(
+        matches!(outcome, Err(Error::LeaseLost { .. })),
+        "{outcome:?}"
+    );
+    assert!(
+        work_gone,
+        "the next holder had the lock before the work was dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_lease_is_lost_when_its_validity_ends_even_while_a_renewal_hangs() {
+    let mut fx = plain_lab().await;
+    // A renewal to a frozen master waits out this call timeout, far past the validity.
+    let slow = connect(Topology {
+        call_timeout_ms: 8_000,
+        ..fx.topology.clone()
+    })
+    .await;
+    let kept = slow
+        .acquire("hung")
+        .ttl(Duration::from_millis(1500))
+        .keepalive()
+        .await
+        .expect("acquire");
+    for group in 0..3 {
+        fx.lab.freeze(group).await.expect("freeze a master");
+    }
+    let end = tokio::time::timeout(PROMPTLY, kept.lost())
+        .await
+        .expect("the loss is declared");
+    let noticed = Instant::now();
+    assert!(matches!(end, LeaseEnd::Lost(_)), "{end:?}");
+    let valid_until = slow.clock().to_real(kept.valid_until());
+    // Scheduling slack only: the hung renewal would answer seconds later.
+    let slack = Duration::from_millis(250);
+    assert!(
+        noticed <= valid_until + slack,
+        "told of the loss {:?} after the validity ended",
+        noticed - valid_until
+    );
+    for group in 0..3 {
+        fx.lab.thaw(group).await.expect("thaw");
+    }
+}
+
+/// Sets its flag when dropped, after a cleanup that takes a while.
+struct SlowDropFlag(Arc<AtomicBool>);
+
+impl Drop for SlowDropFlag {
+    fn drop(&mut self) {
+        // Cleanup that blocks its thread, as a file flush or a join might.
+        std::thread::sleep(Duration::from_millis(300));
         self.0.store(true, Ordering::SeqCst);
     }
 }

@@ -462,6 +462,8 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
                 LeaseEnd::Released => "released".to_string(),
             };
             eprintln!("the lock on {} ended: {reason}", label(&resources));
+            // At max_hold the lock is still ours until this release.
+            let _ = kept.release().await;
             return Ok(exit::DENIED);
         }
         _ = tokio::signal::ctrl_c() => {}

@@ -311,9 +311,12 @@ impl Drop for Lease {
 /// Why a kept lease ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseEnd {
-    /// A renewal found the lock no longer ours, or renewals failed until validity ran out.
+    /// A renewal found the lock no longer ours, or the validity ran out before a renewal
+    /// succeeded. The lock may already be someone else's: stop at once.
     Lost(String),
-    /// The keepalive reached `max_hold` and released the lock.
+    /// The keepalive reached `max_hold` and stopped renewing. The lease still holds the lock
+    /// until [`KeptLease::valid_until`], so the owner can stop its work first and then
+    /// release; nobody else can take the lock before that release or that instant.
     MaxHold,
     /// The owner released it.
     Released,
@@ -325,14 +328,55 @@ struct KeepaliveState {
     ended: Option<LeaseEnd>,
 }
 
+/// Where a kept lease stands, as its keepalive task last published it: a cheap view for the
+/// owner and for every clone of a [`crate::LeaseScope`].
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseWatch {
+    state: watch::Receiver<KeepaliveState>,
+    /// The engine's clock, which the lease's validity is measured on.
+    clock: Clock,
+}
+
+impl LeaseWatch {
+    /// The end of the validity the last renewal established, on the engine's clock. After
+    /// a loss the lock may be gone before it.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.state.borrow().valid_until
+    }
+
+    /// Time left before the lease may no longer be relied on: zero once it ran out, was
+    /// lost or was released. It keeps running down after [`LeaseEnd::MaxHold`].
+    pub(crate) fn validity(&self) -> Duration {
+        let state = self.state.borrow();
+        match state.ended {
+            None | Some(LeaseEnd::MaxHold) => state
+                .valid_until
+                .saturating_duration_since(self.clock.now()),
+            Some(LeaseEnd::Lost(_) | LeaseEnd::Released) => Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn ended(&self) -> Option<LeaseEnd> {
+        self.state.borrow().ended.clone()
+    }
+
+    /// Resolves as soon as the lease ends (lost, capped or released).
+    pub(crate) async fn ended_now(&self) -> LeaseEnd {
+        let mut state = self.state.clone();
+        match state.wait_for(|s| s.ended.is_some()).await {
+            Ok(s) => s.ended.clone().unwrap_or(LeaseEnd::Released),
+            Err(_) => LeaseEnd::Released,
+        }
+    }
+}
+
 /// A lease that a background task keeps renewing. Dropping it stops renewal and releases it.
 pub struct KeptLease {
     resources: Vec<String>,
     token: String,
     fence: u64,
-    state: watch::Receiver<KeepaliveState>,
-    /// The engine's clock, which the lease's validity is measured on.
-    clock: Clock,
+    ttl: Duration,
+    watch: LeaseWatch,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Option<Result<Released, Error>>>>,
 }
@@ -344,16 +388,20 @@ impl KeptLease {
             ended: None,
         });
         let (stop, stopped) = oneshot::channel();
-        let (resources, token, fence) =
-            (lease.keys.names.clone(), lease.token.clone(), lease.fence);
+        let (resources, token, fence, ttl) = (
+            lease.keys.names.clone(),
+            lease.token.clone(),
+            lease.fence,
+            lease.ttl,
+        );
         let clock = lease.engine.clock.clone();
         let task = tokio::spawn(renew(lease, state_tx, stopped));
         KeptLease {
             resources,
             token,
             fence,
-            state,
-            clock,
+            ttl,
+            watch: LeaseWatch { state, clock },
             stop: Some(stop),
             task: Some(task),
         }
@@ -377,29 +425,38 @@ impl KeptLease {
         self.fence
     }
 
-    /// Time left before the lease may no longer be relied on.
+    /// The TTL each renewal asks for.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Time left before the lease may no longer be relied on. It grows with each renewal,
+    /// keeps running down after [`LeaseEnd::MaxHold`], and is zero once the lease was lost
+    /// or released.
     pub fn validity(&self) -> Duration {
-        let state = self.state.borrow();
-        if state.ended.is_some() {
-            return Duration::ZERO;
-        }
-        state
-            .valid_until
-            .saturating_duration_since(self.clock.now())
+        self.watch.validity()
+    }
+
+    /// The end of the validity the last renewal established, on the engine's clock
+    /// ([`crate::Locks::clock`]); it moves with each renewal. Work under the lease must have
+    /// stopped by then, and after a loss the lock may be gone before it.
+    pub fn valid_until(&self) -> Instant {
+        self.watch.valid_until()
     }
 
     /// How the lease ended, if it has.
     pub fn ended(&self) -> Option<LeaseEnd> {
-        self.state.borrow().ended.clone()
+        self.watch.ended()
     }
 
-    /// Resolves as soon as the lease ends (lost, capped or released).
+    /// Resolves as soon as the lease ends: lost (at the latest when its validity runs out
+    /// without a renewal), capped by `max_hold`, or released.
     pub async fn lost(&self) -> LeaseEnd {
-        let mut state = self.state.clone();
-        match state.wait_for(|s| s.ended.is_some()).await {
-            Ok(s) => s.ended.clone().unwrap_or(LeaseEnd::Released),
-            Err(_) => LeaseEnd::Released,
-        }
+        self.watch.ended_now().await
+    }
+
+    pub(crate) fn watch(&self) -> LeaseWatch {
+        self.watch.clone()
     }
 
     /// Stops renewing and releases the lock on every group.
@@ -473,6 +530,12 @@ pub fn renewal_counts() -> RenewalCounts {
 }
 
 /// The keepalive loop. Returns the release result when it released the lease itself.
+///
+/// The owner always hears of an end before the lock can go to anyone else: at `max_hold` it
+/// stops renewing and waits for the owner's release (the lock lapses at the end of its
+/// validity if that never comes), and when
+/// renewals fail it declares the lease lost no later than the end of its validity, by a
+/// timer, even while a renewal is still in flight.
 async fn renew(
     mut lease: Lease,
     state: watch::Sender<KeepaliveState>,
@@ -481,27 +544,46 @@ async fn renew(
     let ttl = lease.ttl;
     let interval = (ttl / 3).max(Duration::from_millis(1));
     let hold_until = lease.started + lease.engine.topology.max_hold();
-    let end = |state: &watch::Sender<KeepaliveState>, reason: LeaseEnd| {
-        state.send_modify(|s| s.ended = Some(reason));
+    let clock = lease.engine.clock.clone();
+    let end = |reason: LeaseEnd| state.send_modify(|s| s.ended = Some(reason));
+    let lost = |reason: String| {
+        LOST.fetch_add(1, Ordering::Relaxed);
+        end(LeaseEnd::Lost(reason));
     };
+    // The timer that ends the lease when its validity runs out without a renewal.
+    let expiry = |lease: &Lease| tokio::time::sleep_until(clock.to_real(lease.valid_until).into());
     let mut next = Instant::now() + interval;
+    let mut last_error: Option<Error> = None;
     loop {
         tokio::select! {
             _ = &mut stopped => {
                 let released = lease.release().await;
-                end(&state, LeaseEnd::Released);
+                end(LeaseEnd::Released);
                 return Some(released);
+            }
+            _ = expiry(&lease) => {
+                lost(expired(last_error.as_ref()));
+                return None;
             }
             _ = tokio::time::sleep_until(next.into()) => {}
         }
-        let clock = lease.engine.clock.clone();
         if clock.now() + ttl > hold_until {
-            let released = lease.release().await;
-            end(&state, LeaseEnd::MaxHold);
-            return Some(released);
+            // Told first, released after: the owner stops its work, then releases (or drops
+            // the lease); until then the lock is still ours, up to the end of its validity.
+            end(LeaseEnd::MaxHold);
+            let _ = (&mut stopped).await;
+            return Some(lease.release().await);
         }
         let due = next;
-        match lease.extend(ttl).await {
+        let deadline = expiry(&lease);
+        let renewed = tokio::select! {
+            renewed = lease.extend(ttl) => renewed,
+            _ = deadline => {
+                lost(expired(last_error.as_ref()));
+                return None;
+            }
+        };
+        match renewed {
             Ok(_) => {
                 RENEWED.fetch_add(1, Ordering::Relaxed);
                 if Instant::now() > due + interval {
@@ -509,33 +591,30 @@ async fn renew(
                 }
                 state.send_modify(|s| s.valid_until = lease.valid_until);
                 next = Instant::now() + interval;
+                last_error = None;
             }
             // Given up: the lease is dropped still open, so its grants are released by token
             // in the background (a token is never granted again, so this can only take what
             // is ours), instead of standing until their TTL on the groups that renewed them.
             Err(Error::NotHeld { .. }) => {
-                LOST.fetch_add(1, Ordering::Relaxed);
-                end(
-                    &state,
-                    LeaseEnd::Lost("another holder or an expiry took the lock".into()),
-                );
+                lost("another holder or an expiry took the lock".into());
                 return None;
             }
             Err(error) => {
                 // Keep trying while the current validity lasts: the quorum may come back.
                 FAILED.fetch_add(1, Ordering::Relaxed);
-                let pause = (interval / 4).max(Duration::from_millis(1));
-                if clock.now() + pause >= lease.valid_until {
-                    LOST.fetch_add(1, Ordering::Relaxed);
-                    end(
-                        &state,
-                        LeaseEnd::Lost(format!("renewal failed until validity ran out: {error}")),
-                    );
-                    return None;
-                }
                 tracing::warn!(resource = %lease.keys.label(), %error, "keepalive renewal failed; retrying");
-                next = Instant::now() + pause;
+                last_error = Some(error);
+                next = Instant::now() + (interval / 4).max(Duration::from_millis(1));
             }
         }
+    }
+}
+
+/// Why a lease whose validity ran out without a renewal was lost.
+fn expired(last_error: Option<&Error>) -> String {
+    match last_error {
+        Some(error) => format!("renewals failed until the validity ran out: {error}"),
+        None => "the validity ran out before a renewal answered".to_string(),
     }
 }

@@ -1,15 +1,16 @@
 //! Work done under a lock: [`Locks::with_lock`] acquires, keeps the lease renewed while a
-//! caller's future runs, stops waiting for it the moment the lease is lost, and releases the
-//! lease when it finishes. It owns the [`LeaseScope`] the work is handed (who it runs for,
-//! and how it notices that the lease ended) and the choice between the work's output and
-//! [`Error::LeaseLost`].
+//! caller's future runs, drops the work the moment the lease is lost or capped, and releases
+//! the lease only once the work is gone. It owns the [`LeaseScope`] the work is handed (who
+//! it runs for, until when, and how it notices that the lease ended) and the choice between
+//! the work's output and [`Error::LeaseLost`].
 
 use std::future::Future;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
 use crate::engine::error::Error;
-use crate::engine::lease::LeaseEnd;
+use crate::engine::lease::{LeaseEnd, LeaseWatch};
 use crate::engine::locks::{AcquireOptions, Locks};
 
 /// What the work of [`Locks::with_lock`] runs under: the lease's resource, token and
@@ -24,6 +25,7 @@ pub struct LeaseScope {
     token: String,
     fencing_token: u64,
     lost: CancellationToken,
+    lease: LeaseWatch,
 }
 
 impl LeaseScope {
@@ -48,6 +50,21 @@ impl LeaseScope {
         self.lost.is_cancelled()
     }
 
+    /// The instant, on the engine's clock ([`crate::Locks::clock`]), until which the lease
+    /// protects the work; it moves with each renewal. A task the work started should not
+    /// begin a write it cannot finish by then. After a loss the lock may be gone before it.
+    pub fn valid_until(&self) -> Instant {
+        self.lease.valid_until()
+    }
+
+    /// Time left before the lease may no longer be relied on (zero once it is lost).
+    pub fn validity(&self) -> Duration {
+        if self.is_lost() {
+            return Duration::ZERO;
+        }
+        self.lease.validity()
+    }
+
     /// Resolves when [`LeaseScope::is_lost`] becomes true (at once if it already is).
     /// Cancel-safe: `select!` on it beside the work's own steps.
     pub async fn lost(&self) {
@@ -66,10 +83,13 @@ impl Locks {
     ///   [`LeaseScope::lost`] fires, the work future is dropped at its current await point,
     ///   and `with_lock` returns [`Error::LeaseLost`]. The work may be partly done: writes
     ///   fenced with [`LeaseScope::fencing_token`] are rejected once a later holder wrote.
+    ///   The keepalive declares the loss no later than the end of the lease's validity, and
+    ///   at `max_hold_ms` the work is dropped before the lease is released, so the work
+    ///   future is never polled while another holder may hold the lock.
     /// - When the work finishes first, the scope is marked lost (the lease is about to end),
     ///   the lease is released, and the output is returned. A release that fails is logged;
-    ///   the lock then frees itself within its TTL. A loss that happens after the last
-    ///   renewal and before the work finishes is not noticed; `Ok` means no renewal failed.
+    ///   the lock then frees itself within its TTL. `Ok` means the lease was valid whenever
+    ///   the work was polled.
     ///
     /// Drop semantics: dropping the future `with_lock` returns drops the work future, marks
     /// the scope lost and stops the keepalive, which releases the lease in the background
@@ -106,6 +126,7 @@ impl Locks {
             token: kept.token().to_string(),
             fencing_token: kept.fencing_token(),
             lost: lost.clone(),
+            lease: kept.watch(),
         };
         let outcome = {
             // Pinned in this block, so a lost lease drops the work here, before returning.
@@ -122,9 +143,11 @@ impl Locks {
             }
         };
         lost.cancel();
+        // The work future is gone by now: only then may the lock go to someone else.
+        let released = kept.release().await;
         match outcome {
             Ok(output) => {
-                match kept.release().await {
+                match released {
                     Ok(released) if !released.released => {
                         tracing::warn!(%resource, "the lease was no longer held when the work finished (expired or force-released since the last renewal)");
                     }
@@ -140,7 +163,7 @@ impl Locks {
                 reason: match end {
                     LeaseEnd::Lost(reason) => reason,
                     LeaseEnd::MaxHold => format!(
-                        "held for max_hold_ms ({} ms), so the keepalive released it",
+                        "held for max_hold_ms ({} ms): the work was stopped and the lock released",
                         self.topology().max_hold().as_millis()
                     ),
                     LeaseEnd::Released => "released while the work ran".to_string(),

@@ -399,9 +399,16 @@ impl SessionRegistry {
                     let _ = responder.send(released);
                 }
             }
-            // Boxed: the notification's future is large and rarely needed, and every lease's
-            // task would otherwise reserve room for it for the lease's whole life.
-            Err(end) => Box::pin(self.ended(session, peer, &lease, end)).await,
+            Err(end) => {
+                // Told first, released after: at max_hold the lock is still ours until the end
+                // of its validity, and the session hears of the end before anyone else can
+                // take the lock. A session slow to take the notice does not hold it longer.
+                // Boxed: the notification's future is large and rarely needed, and every
+                // lease's task would otherwise reserve room for it for the lease's whole life.
+                let told = Box::pin(self.ended(session, peer, &lease, end));
+                let _ = tokio::time::timeout(lease.validity(), told).await;
+                let _ = lease.release().await;
+            }
         }
     }
 
@@ -422,7 +429,8 @@ impl SessionRegistry {
                 self.metrics.keepalive_max_hold();
                 (
                     KeepaliveState::MaxHoldReached,
-                    "the server's max_hold_ms was reached; the lock was released".to_string(),
+                    "the server's max_hold_ms was reached; the lock is released after this notice"
+                        .to_string(),
                 )
             }
             // A release through the registry takes the other select arm; this is the renewal

@@ -1,34 +1,75 @@
 //! `quorumlock run RESOURCE -- CMD ARGS...`: holds a lock, renewed, for exactly as long as a
 //! command runs (like `flock` or `etcdctl lock NAME CMD`). It hands the command the lease in
 //! its environment, passes its exit code through, forwards Ctrl-C and SIGTERM to it, stops it
-//! when the lease is lost, and releases the lock when it ends. With `--permits N` it holds one
+//! when the lease ends, and releases the lock only once no process of the command's group is
+//! left, so the lock never goes to anyone else while any of them runs. With `--permits N` it holds one
 //! permit of a semaphore instead, so at most N such commands run at once. stdout belongs to
 //! the command: everything `run` says goes to stderr.
 
+mod group;
+
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::ExitStatus;
+use std::process::{Command, ExitStatus};
 use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use super::exit;
 use crate::engine::resource::parse_permit_handle;
-use crate::{LeaseEnd, Locks};
+use crate::{Clock, KeptLease, LeaseEnd, Locks};
+use group::{Change, CommandGroup};
+
+/// When `run` stops its command while renewals fail: SIGKILL a margin before the lease's
+/// validity ends, and SIGTERM a warning before that.
+struct Deadlines {
+    /// Between SIGTERM and SIGKILL once the lease ended (`--grace-ms`).
+    grace: Duration,
+    /// Before the end of the validity: time for the kill to land and the group to be reaped.
+    margin: Duration,
+    /// Between SIGTERM and the SIGKILL at the end of the validity: the grace, but at most a
+    /// third of the TTL, so a healthy lease never gets there between two renewals.
+    warning: Duration,
+}
+
+impl Deadlines {
+    fn new(kept: &KeptLease, grace_ms: u64) -> Deadlines {
+        let ttl = kept.ttl();
+        let grace = Duration::from_millis(grace_ms);
+        Deadlines {
+            grace,
+            margin: (ttl / 10).clamp(Duration::from_millis(100), Duration::from_secs(1)),
+            warning: grace.min(ttl / 3),
+        }
+    }
+
+    /// The real instant by which no process of the command's group may be alive.
+    fn kill_by(&self, kept: &KeptLease, clock: &Clock) -> Instant {
+        let valid_until = Instant::from_std(clock.to_real(kept.valid_until()));
+        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
+    }
+
+    /// When the group gets SIGTERM if no renewal came by then.
+    fn term_by(&self, kill_by: Instant) -> Instant {
+        kill_by.checked_sub(self.warning).unwrap_or(kill_by)
+    }
+}
 
 const RUN_HELP: &str = "The command runs with QUORUMLOCK_RESOURCE, QUORUMLOCK_TOKEN and QUORUMLOCK_FENCING_TOKEN in its
-environment, while the lease is renewed every third of its TTL. When it ends the lock is
-released and its exit code passed through (killed by a signal: 128 + the signal). Ctrl-C and
-SIGTERM are forwarded to it. If the lease is lost (force-released, expired while the quorum
-was down, or held past max_hold_ms), the command gets SIGTERM, then SIGKILL after --grace-ms,
-and run exits 121. A lock that cannot be taken exits 1 (held) or 3 (quorum unavailable)
-without running the command. run prints only to stderr (one JSON object a line with --json).
+environment, in a process group of its own, while the lease is renewed every third of its TTL.
+When it ends, what it left running in its group gets SIGTERM (SIGKILL after --grace-ms), and
+the lock is released once no process of the group is left; its exit code is passed through
+(killed by a signal: 128 + the signal). Ctrl-C and SIGTERM to run are forwarded to the group;
+at a terminal the command gets the terminal, so Ctrl-C, Ctrl-Z and prompts work. If the lease
+ends (force-released, held past max_hold_ms, or renewals failing), the group gets SIGTERM,
+then SIGKILL after --grace-ms and in any case before the lease's validity ends, and run exits
+121 once the group is gone, before the lock can go to anyone else. If run itself dies, the
+group is killed. A lock that cannot be taken exits 1 (held) or 3 (quorum unavailable) without
+running the command. run prints only to stderr (one JSON object a line with --json).
 
 With --permits N, RESOURCE names a semaphore of N permits and the command runs under one of
 them, so at most N commands run at once (every caller must give the same N). The command
@@ -61,7 +102,8 @@ pub struct RunArgs {
     /// Why (default: "run" and the program's name).
     #[arg(long)]
     purpose: Option<String>,
-    /// Once the lease is lost: milliseconds between SIGTERM and SIGKILL to the command.
+    /// Once the lease ended, or the command left processes behind: milliseconds between
+    /// SIGTERM and SIGKILL to its group (SIGKILL comes before the validity ends either way).
     #[arg(long, default_value_t = 5_000)]
     grace_ms: u64,
     /// The command and its arguments, after `--`.
@@ -149,16 +191,14 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         .args(&args.command[1..])
         .env("QUORUMLOCK_RESOURCE", resource)
         .env("QUORUMLOCK_TOKEN", kept.token())
-        .env("QUORUMLOCK_FENCING_TOKEN", fence.to_string())
-        .kill_on_drop(true);
+        .env("QUORUMLOCK_FENCING_TOKEN", fence.to_string());
     match permit {
         Some(slot) => command.env("QUORUMLOCK_PERMIT", slot.to_string()),
         // A value inherited from an enclosing `run --permits` would name no permit of ours.
         None => command.env_remove("QUORUMLOCK_PERMIT"),
     };
-    let spawned = command.spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
+    let mut group = match CommandGroup::spawn(command) {
+        Ok(group) => group,
         Err(error) => {
             // As shells do: 127 when there is no such program, 126 when it cannot be run.
             let code = if error.kind() == std::io::ErrorKind::NotFound {
@@ -175,50 +215,106 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         }
     };
 
-    let grace = Duration::from_millis(args.grace_ms);
+    let deadlines = Deadlines::new(&kept, args.grace_ms);
+    let clock = locks.clock();
+    // Why the group is being stopped, once it is: the lease ended, or the command exited and
+    // left processes behind.
     let mut lost: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
-    let status = loop {
+    let mut killed = false;
+    loop {
+        if group.status().is_some() && group.is_empty() {
+            break;
+        }
+        let kill_by = deadlines.kill_by(&kept, clock);
+        let next_kill = kill_at.map_or(kill_by, |at| at.min(kill_by));
+        let term_by = deadlines.term_by(kill_by);
         tokio::select! {
-            status = child.wait() => break status?,
-            end = kept.lost(), if lost.is_none() => {
+            change = group.changed() => match change {
+                Change::LeaderExited(_) if !group.is_empty() => {
+                    say.event(
+                        json!({"event": "leftovers", "resource": resource, "grace_ms": args.grace_ms}),
+                        format!("the command exited and left processes in its group; sending them SIGTERM, SIGKILL in {} ms at the latest", args.grace_ms),
+                    );
+                    group.signal(libc::SIGTERM);
+                    kill_at.get_or_insert(Instant::now() + deadlines.grace);
+                }
+                Change::LeaderStopped if group.has_terminal() => {
+                    // Ctrl-Z: stop with the command, so the shell gets its terminal back.
+                    group.take_terminal();
+                    // SAFETY: stops this process until the shell continues it.
+                    unsafe { libc::raise(libc::SIGSTOP) };
+                    // A lease that ran out meanwhile must not see its command continue.
+                    if Instant::now() >= deadlines.kill_by(&kept, clock) {
+                        group.kill();
+                        killed = true;
+                        lost.get_or_insert_with(|| "the validity ran out while the command was stopped".into());
+                    } else {
+                        group.give_terminal();
+                        group.signal(libc::SIGCONT);
+                    }
+                }
+                _ => {}
+            },
+            end = kept.lost(), if lost.is_none() && kill_at.is_none() => {
                 let reason = describe(end);
                 say.event(
                     json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
-                    format!("lost {the_hold} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms", args.grace_ms),
+                    format!("lost {the_hold} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms at the latest", args.grace_ms),
                 );
-                send(&child, libc::SIGTERM);
+                group.signal(libc::SIGTERM);
                 lost = Some(reason);
-                kill_at = Some(Instant::now() + grace);
+                kill_at = Some(Instant::now() + deadlines.grace);
             }
-            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+            _ = tokio::time::sleep_until(term_by), if lost.is_none() && kill_at.is_none() => {
+                // Renewed meanwhile: the deadlines moved.
+                if Instant::now() < deadlines.term_by(deadlines.kill_by(&kept, clock)) {
+                    continue;
+                }
+                let reason = "renewals failed; the lease's validity is running out".to_string();
+                say.event(
+                    json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
+                    format!("{reason}; sending SIGTERM to the command, SIGKILL before the validity ends"),
+                );
+                group.signal(libc::SIGTERM);
+                lost = Some(reason);
+                kill_at = Some(Instant::now() + deadlines.grace);
+            }
+            _ = tokio::time::sleep_until(next_kill), if !killed => {
+                if kill_at.is_none_or(|at| Instant::now() < at)
+                    && Instant::now() < deadlines.kill_by(&kept, clock)
+                {
+                    continue;
+                }
                 say.event(
                     json!({"event": "killed", "resource": resource}),
-                    format!("the command outlived the {} ms grace; sending SIGKILL", args.grace_ms),
+                    "sending SIGKILL to the command's process group".to_string(),
                 );
-                let _ = child.start_kill();
-                kill_at = None;
-            }
-            Some(()) = interrupt.recv() => {
-                // At a terminal, Ctrl-C already reached the command (it shares our process
-                // group); a second SIGINT could make it skip its own clean shutdown.
-                if !terminal_sent_sigint() {
-                    send(&child, libc::SIGINT);
+                group.kill();
+                killed = true;
+                if group.status().is_none() {
+                    lost.get_or_insert_with(|| "the lease's validity ran out".into());
                 }
             }
-            Some(()) = terminate.recv() => send(&child, libc::SIGTERM),
+            Some(()) = interrupt.recv() => group.signal(libc::SIGINT),
+            Some(()) = terminate.recv() => group.signal(libc::SIGTERM),
         }
-    };
+    }
+    // No process of the group is left: only now may the lock go to anyone else.
+    group.take_terminal();
+    let status = group
+        .status()
+        .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
     let (code, how) = exit_code_of(status);
 
     // A loss the keepalive reported as the command ended counts too.
     let lost = lost.or_else(|| kept.ended().map(describe));
     if let Some(reason) = lost {
-        // The keepalive gave up already; what it still held is released by token in the
-        // background, and the command closes the connections after it.
-        drop(kept);
+        // At max_hold the lock is still ours: released now. A lost lease's task gave up, and
+        // what it still held is released by token in the background.
+        let released = kept.release().await.is_ok_and(|released| released.released);
         say.event(
-            json!({"event": "ended", "resource": resource, "exit_code": exit::LEASE_LOST, "command_exit_code": code, "lease_lost": reason, "released": false}),
+            json!({"event": "ended", "resource": resource, "exit_code": exit::LEASE_LOST, "command_exit_code": code, "lease_lost": reason, "released": released}),
             format!(
                 "the command ended ({how}) after {the_hold} was lost; exiting {}",
                 exit::LEASE_LOST
@@ -266,30 +362,9 @@ fn exit_code_of(status: ExitStatus) -> (u8, String) {
 fn describe(end: LeaseEnd) -> String {
     match end {
         LeaseEnd::Lost(reason) => reason,
-        LeaseEnd::MaxHold => "held for max_hold_ms, so the keepalive released it".to_string(),
+        LeaseEnd::MaxHold => "held for max_hold_ms; released once the command stopped".to_string(),
         LeaseEnd::Released => "released".to_string(),
     }
-}
-
-/// Sends `signal` to the command, unless it has been reaped already.
-fn send(child: &Child, signal: i32) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on our own child; `id` is None once it was reaped, so the PID is
-        // still its own.
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
-    }
-}
-
-/// Whether a SIGINT most likely came from the terminal, which sends it to its whole
-/// foreground process group: true when this process is in that group.
-fn terminal_sent_sigint() -> bool {
-    let Ok(tty) = std::fs::File::open("/dev/tty") else {
-        return false;
-    };
-    // SAFETY: both calls only read process state; `tty` is an open descriptor.
-    unsafe { libc::tcgetpgrp(tty.as_raw_fd()) == libc::getpgrp() }
 }
 
 /// The program's file name, for the default purpose (its arguments may hold secrets).
