@@ -792,6 +792,41 @@ async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_max_hold_the_session_is_told_before_the_lock_goes_to_anyone_else() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let extra = [LOW_MIN_TTL[0], LOW_MIN_TTL[1], "--max-hold-ms", "1500"];
+        let mut server = stdio_server(&fx.lab.config_path(), &extra).await;
+        ok(
+            &server.client,
+            "acquire_lock",
+            json!({"resource": "capped", "ttl_ms": 900, "keepalive": true}),
+        )
+        .await;
+        // The next holder looks for the notice the moment it holds the lock.
+        let (_, none) = tokio::sync::mpsc::unbounded_channel();
+        let mut logs = std::mem::replace(&mut server.logs, none);
+        let next = fx.client().await;
+        let next_holder = tokio::spawn(async move {
+            let lease = next
+                .acquire("capped")
+                .wait(Duration::from_secs(20))
+                .await
+                .expect("the lock is released at max_hold");
+            let notice = logs.try_recv().ok();
+            lease.release().await.expect("release");
+            notice
+        });
+        let notice = next_holder.await.expect("the next holder's task");
+        let notice = notice.expect("the next holder got the lock before the session was told");
+        assert_eq!(notice["event"], json!("keepalive_lease_ended"));
+        assert_eq!(notice["state"], json!("max_hold_reached"), "{notice}");
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_requires_the_bearer_token() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
