@@ -235,6 +235,45 @@ async fn a_permit_renews_by_its_token_and_keepalive_keeps_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permit_kept_by_renewals_alone_keeps_its_semaphores_count() {
+    use fred::prelude::KeysInterface;
+    let fx = plain_lab().await;
+    let mut held = fx
+        .locks
+        .acquire_permit("renewed-count", 1)
+        .ttl(5_000 * MS)
+        .await
+        .expect("the permit");
+    // As if its last grant were long ago: the count is about to expire on every master.
+    let count = "ql:{renewed-count}:permits";
+    fx.on_masters(fx.groups(), async |master| {
+        let set: bool = master.pexpire(count, 200, None).await.expect("PEXPIRE");
+        assert!(set, "the count exists");
+    })
+    .await;
+    held.extend(5_000 * MS).await.expect("renewed");
+    let lifetimes = fx
+        .on_masters(fx.groups(), async |master| {
+            let left: i64 = master.pttl(count).await.expect("PTTL");
+            left
+        })
+        .await;
+    assert!(
+        lifetimes.iter().all(|&left| left > 3_600_000),
+        "the renewal left the count to expire (PTTL in ms per group): {lifetimes:?}"
+    );
+    // So a caller giving a larger count is still refused.
+    match fx.locks.acquire_permit("renewed-count", 3).await {
+        Err(Error::InvalidInput { field, reason }) => {
+            assert_eq!(field, "permits");
+            assert!(reason.contains("has 1 permits"), "{reason}");
+        }
+        other => panic!("a second holder of a one-permit semaphore: {other:?}"),
+    }
+    held.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_count_that_disagrees_or_is_out_of_bounds_is_refused_naming_the_field() {
     let fx = plain_lab().await;
     let held = fx

@@ -125,11 +125,10 @@ impl Engine {
         check_ttl(ttl, self.topology.max_ttl())?;
         check_token(token)?;
         let started = self.clock.now();
-        let args: Vec<Value> = vec![token.into(), Value::from(millis(ttl) as i64)];
         let renew = Call {
             script: LockScript::Extend,
             keys: keys.extend().into(),
-            args: args.into(),
+            args: keys.extend_args(token, millis(ttl)).into(),
             hash_slot: keys.hash_slot(),
         };
         let votes = self

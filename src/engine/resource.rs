@@ -25,6 +25,13 @@ pub(crate) struct ResourceKeys {
     pub policy: Key,
     /// Pub/sub channel on which releases wake the waiters of this resource.
     pub released: String,
+    /// For a semaphore's slot, the semaphore's permit count, which renewals keep alive.
+    pub count: Option<Key>,
+}
+
+/// The key of semaphore `name`'s permit count.
+fn permit_count_key(prefix: &str, name: &str) -> Key {
+    Key::from(format!("{prefix}:{{{name}}}:permits"))
 }
 
 /// The key under which a master records since when its replication history may vote.
@@ -46,6 +53,7 @@ impl ResourceKeys {
             admission: Key::from(admission_key(prefix)),
             policy: Key::from(policy_key(prefix)),
             released: format!("{prefix}:{{{resource}}}:released"),
+            count: None,
         }
     }
 
@@ -59,6 +67,7 @@ impl ResourceKeys {
             admission: Key::from(admission_key(prefix)),
             policy: Key::from(policy_key(prefix)),
             released: format!("{prefix}:{{{name}}}:permits:released"),
+            count: Some(permit_count_key(prefix, name)),
         }
     }
 
@@ -162,12 +171,24 @@ impl LeaseKeys {
         keys
     }
 
-    /// Keys of the extend script: each member's lock, then marker and policy.
+    /// Keys of the extend script: each member's lock, each permit count, then marker and
+    /// policy. The script is told how many locks lead (see [`LeaseKeys::extend_args`]).
     pub fn extend(&self) -> Vec<Key> {
         let mut keys = self.release();
+        keys.extend(self.members.iter().filter_map(|m| m.count.clone()));
         keys.push(self.shared().admission.clone());
         keys.push(self.shared().policy.clone());
         keys
+    }
+
+    /// Arguments of the extend script: the token, the TTL, and how many of its keys are
+    /// locks.
+    pub fn extend_args(&self, token: &str, ttl_ms: u64) -> Vec<fred::types::Value> {
+        vec![
+            token.into(),
+            fred::types::Value::from(ttl_ms as i64),
+            fred::types::Value::from(self.members.len() as i64),
+        ]
     }
 
     /// Keys of the release script: each member's lock.
@@ -218,7 +239,7 @@ impl PermitKeys {
         Ok(PermitKeys {
             name: name.to_string(),
             permits,
-            count: Key::from(format!("{prefix}:{{{name}}}:permits")),
+            count: permit_count_key(prefix, name),
             slots: (0..permits)
                 .map(|slot| ResourceKeys::slot(prefix, name, slot))
                 .collect(),
