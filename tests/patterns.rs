@@ -811,3 +811,134 @@ impl Drop for SlowDropFlag {
         self.0.store(true, Ordering::SeqCst);
     }
 }
+
+/// `quorumlock run ARGS...` on a terminal of its own (a pseudo-terminal whose session `run`
+/// leads), and what the terminal shows, a chunk at a time.
+struct OnTerminal {
+    run: std::process::Child,
+    terminal: std::fs::File,
+    shown: tokio::sync::mpsc::UnboundedReceiver<String>,
+}
+
+impl OnTerminal {
+    fn start(config: &Path, args: &[&str]) -> OnTerminal {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        use std::os::unix::process::CommandExt;
+        let (mut leader, mut follower) = (0, 0);
+        // SAFETY: openpty writes two new descriptors; no name, settings or size are asked for.
+        let opened = unsafe {
+            libc::openpty(
+                &mut leader,
+                &mut follower,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(opened, 0, "openpty");
+        // SAFETY: both descriptors were just opened and are owned here alone.
+        let (leader, follower) =
+            unsafe { (OwnedFd::from_raw_fd(leader), OwnedFd::from_raw_fd(follower)) };
+        let io = |fd: &OwnedFd| Stdio::from(fd.try_clone().expect("dup"));
+        let mut command = std::process::Command::new(BIN);
+        command
+            .arg("--config")
+            .arg(config)
+            .arg("run")
+            .args(args)
+            .env_remove("QUORUMLOCK_CONFIG")
+            .stdin(io(&follower))
+            .stdout(io(&follower))
+            .stderr(io(&follower));
+        // SAFETY: setsid and ioctl are async-signal-safe; the terminal becomes the new
+        // session's controlling terminal, with `run`'s group in its foreground.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let run = command.spawn().expect("spawn quorumlock run");
+        drop(follower);
+        let terminal = std::fs::File::from(leader);
+        let mut reader = terminal.try_clone().expect("dup");
+        let (show, shown) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut chunk = [0u8; 4096];
+            // Ends when every process on the terminal closed it (EIO) or the test ended.
+            while let Ok(read @ 1..) = reader.read(&mut chunk) {
+                if show.send(text(&chunk[..read])).is_err() {
+                    break;
+                }
+            }
+        });
+        OnTerminal {
+            run,
+            terminal,
+            shown,
+        }
+    }
+
+    /// Waits until the terminal has shown `expected`; returns all it showed so far.
+    async fn shows(&mut self, expected: &str, seen: &mut String) {
+        let found = tokio::time::timeout(PROMPTLY, async {
+            while !seen.contains(expected) {
+                match self.shown.recv().await {
+                    Some(chunk) => seen.push_str(&chunk),
+                    None => return false,
+                }
+            }
+            true
+        })
+        .await;
+        assert_eq!(
+            found,
+            Ok(true),
+            "the terminal never showed {expected:?}: {seen:?}"
+        );
+    }
+
+    /// Types `keys` at the terminal.
+    fn types(&mut self, keys: &[u8]) {
+        use std::io::Write;
+        self.terminal.write_all(keys).expect("type at the terminal");
+    }
+}
+
+impl Drop for OnTerminal {
+    fn drop(&mut self) {
+        let _ = self.run.kill();
+        let _ = self.run.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_terminal_the_command_reads_its_input_and_ctrl_c_reaches_it() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    let mut run = OnTerminal::start(
+        &config,
+        &[
+            "typed",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo got:$line; echo ready; sleep 60",
+        ],
+    );
+    let mut seen = String::new();
+    run.shows("running", &mut seen).await;
+    run.types(b"hello\n");
+    run.shows("got:hello", &mut seen).await;
+    run.shows("ready", &mut seen).await;
+    // Ctrl-C: the terminal sends SIGINT to its foreground group, which is the command's.
+    run.types(b"\x03");
+    run.shows("killed by signal 2", &mut seen).await;
+    let status = tokio::task::block_in_place(|| run.run.wait()).expect("wait for run");
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{seen}");
+    let next = fx.client().await.acquire("typed").await;
+    assert!(next.is_ok(), "released after Ctrl-C: {next:?}");
+}
