@@ -827,6 +827,64 @@ async fn at_max_hold_the_session_is_told_before_the_lock_goes_to_anyone_else() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_turns_503_while_no_majority_votes_and_200_once_one_does_again() {
+    // A short policy, so the restarted (empty) masters sit out only 3 s.
+    let mut fx = common::fixture(
+        |spec| quorumlock::lab::LabSpec {
+            max_ttl_ms: 3_000,
+            ..common::plain(spec)
+        },
+        |topology| topology,
+    )
+    .await;
+    let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
+    let addr = server.addr.clone();
+    let ready = || {
+        let addr = addr.clone();
+        async move { raw_http(&addr, "GET", "/readyz", &[], b"").await }
+    };
+    let (status, body) = ready().await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"ready\""), "{body}");
+    for group in 0..3 {
+        fx.lab.kill(group).await.expect("kill a master");
+    }
+    let limit = Duration::from_secs(30);
+    assert!(
+        eventually(limit, || async { ready().await.0 == 503 }).await,
+        "still ready with three of five masters dead"
+    );
+    let (_, body) = ready().await;
+    assert!(
+        body.contains("2 of 5 groups vote; a grant needs 3"),
+        "{body}"
+    );
+    // The liveness probe is not the readiness probe.
+    assert_eq!(raw_http(&addr, "GET", "/healthz", &[], b"").await.0, 200);
+    // Back empty, and too few groups hold the policy for them to adopt it: admitted by hand,
+    // after the quarantine their lost grants need.
+    let mut admit = Vec::new();
+    for group in 0..3 {
+        fx.lab.restart(group).await.expect("restart a master");
+        admit.push(fx.topology.groups[group].name.clone());
+    }
+    let policy = fx.lab.spec().policy();
+    fx.locks
+        .admit(&quorumlock::AdmitOptions {
+            groups: admit,
+            policy,
+            delay: Duration::from_millis(policy.max_ttl_ms + policy.write_window_ms),
+            force: true,
+        })
+        .await
+        .expect("admit the restarted masters");
+    assert!(
+        eventually(limit, || async { ready().await.0 == 200 }).await,
+        "not ready again once the masters were back and past their quarantine"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_requires_the_bearer_token() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {

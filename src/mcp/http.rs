@@ -1,11 +1,11 @@
-//! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` for
-//! load balancers), bearer authentication, the `Host` check and the session cap, and a
+//! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` and
+//! `/readyz` for load balancers), bearer authentication, the `Host` check and the session cap, and a
 //! graceful shutdown that releases every keepalive lease before the process exits.
 //!
 //! `/mcp` and `/metrics` both need the bearer token and an allowed `Host`: the layers run
 //! token, then `Host` ([`require_allowed_host`], for both routes; rmcp checks `/mcp` again
-//! with the same list), then, on `/mcp`, the session cap. `/healthz` needs neither: it reveals
-//! nothing and load balancers probe it by address.
+//! with the same list), then, on `/mcp`, the session cap. `/healthz` and `/readyz` need
+//! neither: they reveal no name or address, and load balancers probe them by address.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,6 +25,7 @@ use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
 use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
 use super::metrics::CONTENT_TYPE;
+use super::readiness::{Readiness, readyz};
 use super::{McpServer, RELEASE_ON_SHUTDOWN_TIMEOUT, ServeError};
 
 /// Largest request body accepted on `/mcp`. Big enough that a 1 MB argument reaches argument
@@ -124,6 +125,10 @@ pub async fn serve_http(
         ));
     let app = Router::new()
         .route("/healthz", get(healthz))
+        .route(
+            "/readyz",
+            get(readyz).with_state(Readiness::new(server.shared.locks.clone())),
+        )
         .merge(protected);
 
     on_listening(addr);

@@ -19,7 +19,9 @@
 //! - `auth`: the HTTP bearer token, compared in constant time.
 //! - `hosts`: the `Host` header check (DNS-rebinding protection) for `/mcp` and `/metrics`.
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
-//! - `http`: the axum app (`/mcp`, `/healthz`, `/metrics`) and its graceful shutdown.
+//! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`) and its graceful
+//!   shutdown.
+//! - `readiness`: `/readyz`, 200 only while a majority of groups vote.
 //! - `stdio`: one session over stdin and stdout.
 //! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
@@ -33,6 +35,7 @@ mod http_sessions;
 #[cfg(feature = "mcp-bench")]
 pub mod load;
 mod metrics;
+mod readiness;
 mod reply;
 mod sessions;
 mod stdio;
