@@ -247,7 +247,7 @@ async fn a_permit_kept_by_renewals_alone_keeps_its_semaphores_count() {
     // As if its last grant were long ago: the count is about to expire on every master.
     let count = "ql:{renewed-count}:permits";
     fx.on_masters(fx.groups(), async |master| {
-        let set: bool = master.pexpire(count, 200, None).await.expect("PEXPIRE");
+        let set: bool = master.pexpire(count, 60_000, None).await.expect("PEXPIRE");
         assert!(set, "the count exists");
     })
     .await;

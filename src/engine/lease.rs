@@ -326,6 +326,8 @@ pub enum LeaseEnd {
 struct KeepaliveState {
     valid_until: Instant,
     ended: Option<LeaseEnd>,
+    /// A renewal failed since the last one that succeeded.
+    failing: bool,
 }
 
 /// Where a kept lease stands, as its keepalive task last published it: a cheap view for the
@@ -360,6 +362,20 @@ impl LeaseWatch {
         self.state.borrow().ended.clone()
     }
 
+    /// True while the last renewal failed and none has succeeded since.
+    pub(crate) fn failing(&self) -> bool {
+        self.state.borrow().failing
+    }
+
+    /// Resolves at the next change of the lease's state: a renewal, a failed one, an end.
+    /// Cancel-safe; each change is seen once by this view.
+    pub(crate) async fn changed(&mut self) {
+        if self.state.changed().await.is_err() {
+            // The keepalive task is gone: nothing will change any more.
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Resolves as soon as the lease ends (lost, capped or released).
     pub(crate) async fn ended_now(&self) -> LeaseEnd {
         let mut state = self.state.clone();
@@ -386,6 +402,7 @@ impl KeptLease {
         let (state_tx, state) = watch::channel(KeepaliveState {
             valid_until: lease.valid_until,
             ended: None,
+            failing: false,
         });
         let (stop, stopped) = oneshot::channel();
         let (resources, token, fence, ttl) = (
@@ -455,8 +472,14 @@ impl KeptLease {
         self.watch.ended_now().await
     }
 
+    /// A view of the lease's state that follows its renewals (see [`LeaseWatch`]).
     pub(crate) fn watch(&self) -> LeaseWatch {
         self.watch.clone()
+    }
+
+    /// True while the last renewal failed and none has succeeded since.
+    pub fn renewals_failing(&self) -> bool {
+        self.watch.failing()
     }
 
     /// Stops renewing and releases the lock on every group.
@@ -589,7 +612,10 @@ async fn renew(
                 if Instant::now() > due + interval {
                     LATE.fetch_add(1, Ordering::Relaxed);
                 }
-                state.send_modify(|s| s.valid_until = lease.valid_until);
+                state.send_modify(|s| {
+                    s.valid_until = lease.valid_until;
+                    s.failing = false;
+                });
                 next = Instant::now() + interval;
                 last_error = None;
             }
@@ -605,6 +631,7 @@ async fn renew(
                 FAILED.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(resource = %lease.keys.label(), %error, "keepalive renewal failed; retrying");
                 last_error = Some(error);
+                state.send_if_modified(|s| !std::mem::replace(&mut s.failing, true));
                 next = Instant::now() + (interval / 4).max(Duration::from_millis(1));
             }
         }

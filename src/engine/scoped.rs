@@ -83,13 +83,14 @@ impl Locks {
     ///   [`LeaseScope::lost`] fires, the work future is dropped at its current await point,
     ///   and `with_lock` returns [`Error::LeaseLost`]. The work may be partly done: writes
     ///   fenced with [`LeaseScope::fencing_token`] are rejected once a later holder wrote.
-    ///   The keepalive declares the loss no later than the end of the lease's validity, and
-    ///   at `max_hold_ms` the work is dropped before the lease is released, so the work
-    ///   future is never polled while another holder may hold the lock.
+    ///   The keepalive declares the loss at the end of the lease's validity, even while a
+    ///   renewal hangs, and at `max_hold_ms` the work is dropped before the lease is
+    ///   released. The drift allowance (the keys outlive the validity) covers the time to
+    ///   drop the work, on a runtime that is not starved.
     /// - When the work finishes first, the scope is marked lost (the lease is about to end),
     ///   the lease is released, and the output is returned. A release that fails is logged;
-    ///   the lock then frees itself within its TTL. `Ok` means the lease was valid whenever
-    ///   the work was polled.
+    ///   the lock then frees itself within its TTL. `Ok` means the lease was still valid
+    ///   when the work finished.
     ///
     /// Drop semantics: dropping the future `with_lock` returns drops the work future, marks
     /// the scope lost and stops the keepalive, which releases the lease in the background
@@ -139,7 +140,15 @@ impl Locks {
                     lost.cancel();
                     Err(end)
                 }
-                output = work => Ok(output),
+                // Finished after the validity ran out, before the keepalive's timer said so:
+                // the lease did not cover all of it.
+                output = work => match kept.ended() {
+                    None if kept.validity().is_zero() => Err(LeaseEnd::Lost(
+                        "the validity ran out before the work finished".into(),
+                    )),
+                    Some(end @ LeaseEnd::Lost(_)) => Err(end),
+                    _ => Ok(output),
+                },
             }
         };
         lost.cancel();

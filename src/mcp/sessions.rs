@@ -405,8 +405,13 @@ impl SessionRegistry {
                 // take the lock. A session slow to take the notice does not hold it longer.
                 // Boxed: the notification's future is large and rarely needed, and every
                 // lease's task would otherwise reserve room for it for the lease's whole life.
+                let capped = end == LeaseEnd::MaxHold;
                 let told = Box::pin(self.ended(session, peer, &lease, end));
-                let _ = tokio::time::timeout(lease.validity(), told).await;
+                if capped {
+                    let _ = tokio::time::timeout(lease.validity(), told).await;
+                } else {
+                    told.await;
+                }
                 let _ = lease.release().await;
             }
         }

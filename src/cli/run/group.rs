@@ -1,6 +1,7 @@
 //! The command `run` starts, as a process group of its own: spawned with a parent-death
-//! signal and a guard process that kills the group if `run` dies, handed the terminal when
-//! `run` has it, signalled as a group, and reaped until no process of the group is left.
+//! signal and watched by a guard process that kills the group at a deadline `run` keeps
+//! moving, or when `run` dies; handed the terminal when `run` has it; signalled as a group;
+//! and reaped until no process of the group is left.
 //!
 //! `run` is made a child subreaper, so members of the group whose parents exit are
 //! reparented to it: their deaths reach it as SIGCHLD, and it reaps them.
@@ -10,7 +11,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -41,19 +42,23 @@ pub struct CommandGroup {
 
 impl CommandGroup {
     /// Spawns `command` as the leader of a new process group, with SIGKILL as its
-    /// parent-death signal, hands it the terminal when `run` is the terminal's foreground,
-    /// and starts the guard that kills the group if `run` dies.
+    /// parent-death signal, under a guard that kills the group if `run` dies, and hands it
+    /// the terminal when `run` is the terminal's foreground.
     pub fn spawn(mut command: Command) -> io::Result<CommandGroup> {
         // SAFETY: prctl on this process only; it only changes who reaps orphans.
         unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
         // Listening before the spawn, so no exit is missed.
         let child_exited = signal(SignalKind::child())?;
+        // Started first, so there is no moment when the command runs unguarded.
+        let mut guard = Guard::start()?;
         let terminal = Terminal::foreground();
         let tty = terminal.as_ref().map(|t| t.tty.as_raw_fd());
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
         // SAFETY: the closure runs in the child between fork and exec and calls only
         // async-signal-safe functions (setpgid, sigaction, tcsetpgrp, prctl, getppid, kill).
+        // The parent-death signal follows the thread that forks: `run` spawns from the
+        // runtime's main thread, which lives as long as `run`.
         unsafe {
             command.pre_exec(move || {
                 if libc::setpgid(0, 0) != 0 {
@@ -63,9 +68,9 @@ impl CommandGroup {
                     // A background group asking for the terminal is sent SIGTTOU.
                     libc::signal(libc::SIGTTOU, libc::SIG_IGN);
                     libc::tcsetpgrp(tty, libc::getpid());
+                    // `run` ignores SIGTTOU to take the terminal back; the command must not.
+                    libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 }
-                // `run` ignores SIGTTOU to take the terminal back; the command must not.
-                libc::signal(libc::SIGTTOU, libc::SIG_DFL);
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
                 // `run` died before the death signal was set: nothing would send it.
                 if libc::getppid() != parent {
@@ -74,34 +79,19 @@ impl CommandGroup {
                 Ok(())
             });
         }
+        // `spawn` returns once the command has exec'd, so its group and the terminal's
+        // foreground are already set.
         let child = command.spawn()?;
         let leader = child.id() as libc::pid_t;
-        // Also from this side, as shells do, so neither order of the two calls races.
-        // SAFETY: setpgid and tcsetpgrp on our own child; errors only mean the child did it
-        // already or has exited.
-        unsafe {
-            libc::setpgid(leader, leader);
-            if let Some(tty) = tty {
-                libc::tcsetpgrp(tty, leader);
-            }
-        }
-        let guard = Guard::start(leader);
-        let mut group = CommandGroup {
+        guard.watch(leader);
+        Ok(CommandGroup {
             leader,
             status: None,
             empty: false,
             child_exited,
             terminal,
-            guard: None,
-        };
-        match guard {
-            Ok(guard) => group.guard = Some(guard),
-            Err(error) => {
-                group.kill();
-                return Err(error);
-            }
-        }
-        Ok(group)
+            guard: Some(guard),
+        })
     }
 
     /// Sends `signal` to every process of the group, unless none is left.
@@ -118,18 +108,21 @@ impl CommandGroup {
         self.signal(libc::SIGKILL);
     }
 
-    /// True once no process of the group is left.
+    /// Tells the guard to kill the group at `deadline` unless told a later one first, so
+    /// the group dies on time even while `run` is stopped or starved.
+    pub fn kill_at(&mut self, deadline: Instant) {
+        if let Some(guard) = &mut self.guard {
+            guard.deadline(deadline);
+        }
+    }
+
+    /// True once no process of the group is left but zombies (they run nothing).
     pub fn is_empty(&mut self) -> bool {
-        if !self.empty {
-            // SAFETY: signal 0 only checks that some process of the group exists.
-            let none = unsafe { libc::kill(-self.leader, 0) } != 0
-                && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-            if none {
-                self.empty = true;
-                // Nothing is left to kill, and the group ID may be reused from now on.
-                if let Some(guard) = self.guard.take() {
-                    guard.stand_down();
-                }
+        if !self.empty && no_member_runs(self.leader) {
+            self.empty = true;
+            // Nothing is left to kill, and the group ID may be reused from now on.
+            if let Some(guard) = self.guard.take() {
+                guard.stand_down();
             }
         }
         self.empty
@@ -153,7 +146,7 @@ impl CommandGroup {
             }
             // Once the leader is gone, the rest of the group reaches this process as orphans,
             // with a SIGCHLD each. A member whose parent left the group and lives on does
-            // not: a slow check covers it.
+            // not, nor does a zombie whose parent never reaps it: a slow check covers them.
             tokio::select! {
                 _ = self.child_exited.recv() => {}
                 _ = tokio::time::sleep(Duration::from_millis(250)) => return Change::Reaped,
@@ -179,7 +172,8 @@ impl CommandGroup {
         }
         loop {
             let mut raw = 0;
-            // SAFETY: as above, for any child: orphans of the group and the guard.
+            // SAFETY: as above, for any child: orphans of the group and the guard. `run`
+            // has no other children (it uses no other child process).
             let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
             if pid <= 0 {
                 break;
@@ -194,9 +188,12 @@ impl CommandGroup {
         change
     }
 
-    /// Takes the terminal back for `run`'s own process group (when it was handed over).
+    /// Takes the terminal back for `run`'s own process group, if the command's group holds
+    /// it (after `bg`, the shell holds it, and it stays there).
     pub fn take_terminal(&self) {
-        if let Some(terminal) = &self.terminal {
+        if let Some(terminal) = &self.terminal
+            && terminal.foreground_group() == self.leader
+        {
             terminal.give_to(terminal.own_group);
         }
     }
@@ -205,13 +202,13 @@ impl CommandGroup {
     pub fn give_terminal(&self) {
         if let Some(terminal) = &self.terminal
             && !self.empty
-            && terminal.is_foreground()
+            && terminal.foreground_group() == terminal.own_group
         {
             terminal.give_to(self.leader);
         }
     }
 
-    /// True when the group holds the terminal `run` gave it.
+    /// True when `run` handed the group its terminal.
     pub fn has_terminal(&self) -> bool {
         self.terminal.is_some()
     }
@@ -227,6 +224,34 @@ impl Drop for CommandGroup {
     }
 }
 
+/// True when no process of group `group` is left but zombies.
+fn no_member_runs(group: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that some process of the group exists.
+    if unsafe { libc::kill(-group, 0) } != 0 {
+        // ESRCH: none. EPERM: some member we may not signal (a setuid program) still runs.
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // Something is there: zombies only, when every process of the group is one.
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    for process in processes.flatten() {
+        let Ok(stat) = std::fs::read_to_string(process.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+        let Some((_, after)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = after.split_whitespace();
+        let (state, pgrp) = (fields.next(), fields.nth(1));
+        if pgrp == Some(group.to_string().as_str()) && state != Some("Z") {
+            return false;
+        }
+    }
+    true
+}
+
 /// The terminal `run` was the foreground of, handed to the command's group.
 struct Terminal {
     tty: File,
@@ -240,7 +265,7 @@ impl Terminal {
         // SAFETY: getpgrp has no preconditions.
         let own_group = unsafe { libc::getpgrp() };
         let terminal = Terminal { tty, own_group };
-        if !terminal.is_foreground() {
+        if terminal.foreground_group() != own_group {
             return None;
         }
         // `run` takes the terminal back from a background group when the command ends.
@@ -249,9 +274,9 @@ impl Terminal {
         Some(terminal)
     }
 
-    fn is_foreground(&self) -> bool {
+    fn foreground_group(&self) -> libc::pid_t {
         // SAFETY: reads the terminal's foreground group through an open descriptor.
-        unsafe { libc::tcgetpgrp(self.tty.as_raw_fd()) == self.own_group }
+        unsafe { libc::tcgetpgrp(self.tty.as_raw_fd()) }
     }
 
     fn give_to(&self, group: libc::pid_t) {
@@ -260,15 +285,19 @@ impl Terminal {
     }
 }
 
-/// A process forked from `run` that kills the command's group when `run` dies: it waits on
-/// a pipe whose only writer is `run`, and the kernel closes that end however `run` ends.
+/// A process forked from `run` that kills the command's group at a deadline `run` keeps
+/// moving, or as soon as `run` dies: it reads a pipe whose only writer is `run`, and the
+/// kernel closes that end however `run` ends.
+///
+/// Messages are 8 bytes (native order), each written whole (a pipe write of up to PIPE_BUF
+/// bytes is atomic): the group to watch, then deadlines on CLOCK_MONOTONIC in nanoseconds,
+/// and 0 to stand down once the group is gone. End of file without that 0 kills the group.
 struct Guard {
-    /// The write end: a byte tells the guard to leave; closing it without one, to kill.
-    stand_down: OwnedFd,
+    pipe: OwnedFd,
 }
 
 impl Guard {
-    fn start(group: libc::pid_t) -> io::Result<Guard> {
+    fn start() -> io::Result<Guard> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: pipe2 writes two descriptors into the array it is given.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -276,35 +305,70 @@ impl Guard {
         }
         // SAFETY: both descriptors were just created and are owned here alone.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Computed before the fork: the child may only make async-signal-safe calls.
+        // SAFETY: sysconf has no preconditions.
+        let open_max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(1024, 1 << 20) as RawFd;
         // SAFETY: the child calls only async-signal-safe functions (setpgid, sigaction,
-        // close_range, read, kill, _exit) before it exits; it never returns into Rust code.
+        // close, close_range, read, poll, clock_gettime, kill, _exit) and never returns
+        // into Rust code.
         match unsafe { libc::fork() } {
             -1 => Err(io::Error::last_os_error()),
-            0 => unsafe { guard(read.as_raw_fd(), group) },
+            0 => unsafe { guard(read.as_raw_fd(), write.as_raw_fd(), open_max) },
             _ => {
                 drop(read);
-                Ok(Guard { stand_down: write })
+                Ok(Guard { pipe: write })
             }
         }
     }
 
+    fn send(&self, message: u64) {
+        let bytes = message.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a valid buffer to our own pipe.
+        unsafe { libc::write(self.pipe.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
+    }
+
+    /// Names the group to kill.
+    fn watch(&mut self, group: libc::pid_t) {
+        self.send(group as u64);
+    }
+
+    /// Moves the deadline at which the guard kills the group.
+    fn deadline(&mut self, at: Instant) {
+        let left = at.saturating_duration_since(Instant::now());
+        let at = monotonic_nanos()
+            .saturating_add(left.as_nanos() as u64)
+            .max(1);
+        self.send(at);
+    }
+
     /// Tells the guard the group is gone, so it exits without killing anything.
     fn stand_down(self) {
-        let byte = [1u8];
-        // SAFETY: writes one byte from a valid buffer to our own pipe.
-        unsafe { libc::write(self.stand_down.as_raw_fd(), byte.as_ptr().cast(), 1) };
+        self.send(0);
     }
+}
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+fn monotonic_nanos() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec it is given; async-signal-safe.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
 }
 
 /// The guard's whole life, in the forked child.
 ///
 /// # Safety
-/// Only in a child just forked from `run`, with `read` the read end of the guard's pipe.
-unsafe fn guard(read: RawFd, group: libc::pid_t) -> ! {
+/// Only in a child just forked from `run`, with `read` and `write` the guard's pipe.
+unsafe fn guard(read: RawFd, write: RawFd, open_max: RawFd) -> ! {
     // SAFETY: all async-signal-safe; see `Guard::start`.
     unsafe {
-        // Out of `run`'s group, so a signal to that group (Ctrl-C, a kill of the job) does
-        // not reach it, and deaf to the ones a terminal sends.
+        // Out of `run`'s group, so a signal to that group (Ctrl-C, a kill of the job, Ctrl-Z)
+        // does not reach it, and deaf to the ones a terminal sends.
         libc::setpgid(0, 0);
         for signal in [
             libc::SIGINT,
@@ -318,22 +382,61 @@ unsafe fn guard(read: RawFd, group: libc::pid_t) -> ! {
         ] {
             libc::signal(signal, libc::SIG_IGN);
         }
+        // Its own copy of the write end would keep the pipe open after `run` died.
+        libc::close(write);
         // Hold none of `run`'s descriptors (its stdout, its connections) but the pipe.
-        if read > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (read - 1) as u32, 0u32);
+        let below = if read > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, (read - 1) as u32, 0u32)
+        } else {
+            0
+        };
+        let above = libc::syscall(libc::SYS_close_range, (read + 1) as u32, u32::MAX, 0u32);
+        if below != 0 || above != 0 {
+            for fd in (0..open_max).filter(|&fd| fd != read) {
+                libc::close(fd);
+            }
         }
-        libc::syscall(libc::SYS_close_range, (read + 1) as u32, u32::MAX, 0u32);
-        let mut byte = 0u8;
+        let mut group: libc::pid_t = 0;
+        let mut deadline: u64 = 0;
         loop {
-            let got = libc::read(read, (&mut byte as *mut u8).cast(), 1);
+            let timeout = if deadline == 0 {
+                -1
+            } else {
+                let left = deadline.saturating_sub(monotonic_nanos());
+                left.div_ceil(1_000_000).min(i32::MAX as u64) as i32
+            };
+            if timeout == 0 {
+                if group > 0 {
+                    libc::kill(-group, libc::SIGKILL);
+                }
+                libc::_exit(0);
+            }
+            let mut ready = libc::pollfd {
+                fd: read,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut ready, 1, timeout) <= 0 {
+                // Timed out (checked again above) or interrupted.
+                continue;
+            }
+            let mut bytes = [0u8; 8];
+            let got = libc::read(read, bytes.as_mut_ptr().cast(), bytes.len());
             if got < 0 && *libc::__errno_location() == libc::EINTR {
                 continue;
             }
-            if got != 1 {
+            if got != bytes.len() as isize {
                 // `run` is gone without saying the group is: kill it.
-                libc::kill(-group, libc::SIGKILL);
+                if group > 0 {
+                    libc::kill(-group, libc::SIGKILL);
+                }
+                libc::_exit(0);
             }
-            libc::_exit(0);
+            match u64::from_ne_bytes(bytes) {
+                0 => libc::_exit(0),
+                named if group == 0 => group = named as libc::pid_t,
+                at => deadline = at,
+            }
         }
     }
 }

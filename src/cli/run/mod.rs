@@ -24,6 +24,10 @@ use crate::engine::resource::parse_permit_handle;
 use crate::{Clock, KeptLease, LeaseEnd, Locks};
 use group::{Change, CommandGroup};
 
+/// The least `--ttl-ms` run takes: it kills the command a tenth of the TTL (at least 100 ms)
+/// before the validity ends, and renews at every third.
+const MIN_RUN_TTL_MS: u64 = 1_000;
+
 /// When `run` stops its command while renewals fail: SIGKILL a margin before the lease's
 /// validity ends, and SIGTERM a warning before that.
 struct Deadlines {
@@ -31,8 +35,8 @@ struct Deadlines {
     grace: Duration,
     /// Before the end of the validity: time for the kill to land and the group to be reaped.
     margin: Duration,
-    /// Between SIGTERM and the SIGKILL at the end of the validity: the grace, but at most a
-    /// third of the TTL, so a healthy lease never gets there between two renewals.
+    /// Between SIGTERM and the SIGKILL at the end of the validity, while renewals fail: the
+    /// grace, but at most a third of the TTL.
     warning: Duration,
 }
 
@@ -50,7 +54,9 @@ impl Deadlines {
     /// The real instant by which no process of the command's group may be alive.
     fn kill_by(&self, kept: &KeptLease, clock: &Clock) -> Instant {
         let valid_until = Instant::from_std(clock.to_real(kept.valid_until()));
-        valid_until.checked_sub(self.margin).unwrap_or(valid_until)
+        valid_until
+            .checked_sub(self.margin)
+            .unwrap_or_else(Instant::now)
     }
 
     /// When the group gets SIGTERM if no renewal came by then.
@@ -132,9 +138,21 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
     let program = args.command.first().ok_or_else(|| {
         crate::Error::invalid("command", "run needs a command to run, after `--`")
     })?;
+    if args.ttl_ms < MIN_RUN_TTL_MS {
+        return Err(crate::Error::invalid(
+            "ttl_ms",
+            format!(
+                "{} ms is below run's {MIN_RUN_TTL_MS} ms: run kills the command a tenth of the TTL (at least 100 ms) before the lease ends, and renews it every third",
+                args.ttl_ms
+            ),
+        )
+        .into());
+    }
     // Listening from the start: a Ctrl-C while waiting for the lock ends the wait.
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut quit = signal(SignalKind::quit())?;
     let purpose = args
         .purpose
         .clone()
@@ -161,6 +179,8 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         })?,
         Some(()) = interrupt.recv() => return interrupted(libc::SIGINT),
         Some(()) = terminate.recv() => return interrupted(libc::SIGTERM),
+        Some(()) = hangup.recv() => return interrupted(libc::SIGHUP),
+        Some(()) = quit.recv() => return interrupted(libc::SIGQUIT),
     };
     let fence = kept.fencing_token();
     // A permit's token ends in its slot.
@@ -217,21 +237,30 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
 
     let deadlines = Deadlines::new(&kept, args.grace_ms);
     let clock = locks.clock();
+    let mut lease_state = kept.watch();
     // Why the group is being stopped, once it is: the lease ended, or the command exited and
     // left processes behind.
     let mut lost: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let mut killed = false;
+    let mut guard_deadline: Option<Instant> = None;
     loop {
         if group.status().is_some() && group.is_empty() {
             break;
         }
         let kill_by = deadlines.kill_by(&kept, clock);
+        // The guard kills the group a little after run would, should run be stopped or
+        // starved by then.
+        let backstop = kill_by + deadlines.margin / 2;
+        if guard_deadline != Some(backstop) {
+            group.kill_at(backstop.into_std());
+            guard_deadline = Some(backstop);
+        }
         let next_kill = kill_at.map_or(kill_by, |at| at.min(kill_by));
         let term_by = deadlines.term_by(kill_by);
         tokio::select! {
             change = group.changed() => match change {
-                Change::LeaderExited(_) if !group.is_empty() => {
+                Change::LeaderExited(_) if !killed && !group.is_empty() => {
                     say.event(
                         json!({"event": "leftovers", "resource": resource, "grace_ms": args.grace_ms}),
                         format!("the command exited and left processes in its group; sending them SIGTERM, SIGKILL in {} ms at the latest", args.grace_ms),
@@ -240,7 +269,9 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                     kill_at.get_or_insert(Instant::now() + deadlines.grace);
                 }
                 Change::LeaderStopped if group.has_terminal() => {
-                    // Ctrl-Z: stop with the command, so the shell gets its terminal back.
+                    // Ctrl-Z: stop with the command, so the shell gets its terminal back. The
+                    // guard kills the group at the end of the validity if run is not
+                    // continued by then.
                     group.take_terminal();
                     // SAFETY: stops this process until the shell continues it.
                     unsafe { libc::raise(libc::SIGSTOP) };
@@ -256,6 +287,8 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 }
                 _ => {}
             },
+            // A renewal, a failed one, or the end: the deadlines are read again.
+            () = lease_state.changed() => {}
             end = kept.lost(), if lost.is_none() && kill_at.is_none() => {
                 let reason = describe(end);
                 say.event(
@@ -266,11 +299,8 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 lost = Some(reason);
                 kill_at = Some(Instant::now() + deadlines.grace);
             }
-            _ = tokio::time::sleep_until(term_by), if lost.is_none() && kill_at.is_none() => {
-                // Renewed meanwhile: the deadlines moved.
-                if Instant::now() < deadlines.term_by(deadlines.kill_by(&kept, clock)) {
-                    continue;
-                }
+            // Renewals are failing and the validity runs low: a warning before the kill.
+            _ = tokio::time::sleep_until(term_by), if lost.is_none() && kill_at.is_none() && kept.renewals_failing() => {
                 let reason = "renewals failed; the lease's validity is running out".to_string();
                 say.event(
                     json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
@@ -281,6 +311,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 kill_at = Some(Instant::now() + deadlines.grace);
             }
             _ = tokio::time::sleep_until(next_kill), if !killed => {
+                // Renewed meanwhile: the deadlines moved.
                 if kill_at.is_none_or(|at| Instant::now() < at)
                     && Instant::now() < deadlines.kill_by(&kept, clock)
                 {
@@ -298,6 +329,8 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
             }
             Some(()) = interrupt.recv() => group.signal(libc::SIGINT),
             Some(()) = terminate.recv() => group.signal(libc::SIGTERM),
+            Some(()) = hangup.recv() => group.signal(libc::SIGHUP),
+            Some(()) = quit.recv() => group.signal(libc::SIGQUIT),
         }
     }
     // No process of the group is left: only now may the lock go to anyone else.
@@ -306,6 +339,13 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         .status()
         .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
     let (code, how) = exit_code_of(status);
+    // Ctrl-C or Ctrl-\ at the terminal reached the command's group alone: once it is done,
+    // the rest of run's own group (a script run was called from, a pipeline) gets it too, as
+    // it would have without run.
+    let pass_on = status
+        .signal()
+        .filter(|&signal| group.has_terminal() && [libc::SIGINT, libc::SIGQUIT].contains(&signal));
+    drop(group);
 
     // A loss the keepalive reported as the command ended counts too.
     let lost = lost.or_else(|| kept.ended().map(describe));
@@ -342,6 +382,10 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 "the command ended ({how}); releasing {resource} failed, its TTL will free it: {error}"
             ),
         ),
+    }
+    if let Some(signal) = pass_on {
+        // SAFETY: kill(2) on this process's own group; run's handler takes its own copy.
+        unsafe { libc::kill(0, signal) };
     }
     Ok(code)
 }
