@@ -13,7 +13,7 @@ use common::{
 };
 use fred::prelude::*;
 use fred::types::{Expiration, SetOptions};
-use quorumlock::{Error, Lease, LeaseEnd, Locks, Released, Vote};
+use quorumlock::{Error, LeaseEnd, Locks, Released, Vote};
 use tokio::sync::Mutex;
 
 const MS: Duration = Duration::from_millis(1);
@@ -901,15 +901,15 @@ async fn late_replies_fixture() -> Fixture {
     .await
 }
 
-/// Releases `lease` while the masters of `groups` hold every write until its caller gave
-/// up on the first try and sent the retry behind it.
+/// Runs `release` (a lease's, or one by token) while the masters of `groups` hold every
+/// write until its caller gave up on the first try and sent the retry behind it.
 async fn released_late(
     fx: &Fixture,
-    lease: Lease,
+    release: impl Future<Output = Result<Released, Error>> + Send + 'static,
     groups: std::ops::Range<usize>,
 ) -> Result<Released, Error> {
     pause_writes(fx, groups.clone()).await;
-    let release = tokio::spawn(lease.release());
+    let release = tokio::spawn(release);
     let retried = retried_behind_held_calls(fx, groups.clone()).await;
     resume_writes(fx, groups).await;
     assert!(retried, "no master got a retry behind the held release");
@@ -928,7 +928,7 @@ async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_relea
         .expect("acquire");
     // Every master holds the release until its caller gave up on it and sent the retry;
     // then the release runs and deletes the lock, and the retry finds it gone.
-    let outcome = released_late(&fx, lease, fx.groups()).await;
+    let outcome = released_late(&fx, lease.release(), fx.groups()).await;
     assert!(
         matches!(&outcome, Ok(released) if released.released && released.groups_released == 5),
         "the release deleted the lock on every group: {outcome:?}"
@@ -954,9 +954,11 @@ async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_r
         .await
         .expect("the other holder");
     // Every first try is held past its timeout; each retry finds the other holder's lock.
-    let outcome = released_late(&fx, lease, fx.groups()).await;
+    let outcome = released_late(&fx, lease.release(), fx.groups()).await;
     assert!(
-        matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
+        matches!(&outcome, Ok(released) if !released.released
+            && released.groups_released == 0
+            && released.groups_maybe_released() == 0),
         "another holder's lock was reported released: {outcome:?}"
     );
     let status = fx.locks.status("taken-over").await.expect("status");
@@ -981,9 +983,71 @@ async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_
     fx.delete_everywhere(&lock_key("ended")).await;
     // One master answers late: its retry finds nothing either, which says nothing about who
     // deleted the lock there; the other four said at once that it was gone.
-    let outcome = released_late(&fx, lease, 0..1).await;
+    let outcome = released_late(&fx, lease.release(), 0..1).await;
     assert!(
         matches!(&outcome, Ok(released) if !released.released && released.groups_released == 0),
         "the lease had ended before its release: {outcome:?}"
     );
+    // The late group cannot tell who removed the lock there, and says so.
+    assert!(
+        matches!(&outcome, Ok(released) if released.groups_maybe_released() == 1),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_the_lease_lapsed_never_says_released() {
+    let fx = late_replies_fixture().await;
+    let lease = fx
+        .locks
+        .acquire("lapsed")
+        .ttl(Duration::from_secs(1))
+        .await
+        .expect("acquire");
+    // The validity runs out, then the lock expires on every master.
+    tokio::time::sleep(lease.validity()).await;
+    assert_eq!(lease.validity(), Duration::ZERO);
+    let expired = eventually(Duration::from_secs(5), || async {
+        fx.values_of(&lock_key("lapsed")).await == vec![None; 5]
+    })
+    .await;
+    assert!(expired, "the lock outlived its TTL");
+    // Every first try is held past its timeout; each retry finds no lock. The expiry removed
+    // it, and a release that cannot tell so from its own late delete never claims it.
+    let outcome = released_late(&fx, lease.release(), fx.groups()).await;
+    assert!(
+        matches!(&outcome, Ok(released) if !released.released
+            && released.groups_released == 0
+            && released.groups_maybe_released() == 5
+            && released.votes.iter().all(|v| v.vote == Vote::MaybeReleased)),
+        "a lapsed lease was reported released: {outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_by_token_whose_first_try_went_unanswered_never_says_released() {
+    let fx = late_replies_fixture().await;
+    let lease = fx
+        .locks
+        .acquire("by-token")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    let held = lease.detach();
+    // A process that did not take the lease releases it by token: it cannot know the
+    // validity, so a lock gone after its unanswered try may as well have expired.
+    let other = fx.client().await;
+    let release = async move {
+        let released = other.release(&held.resource, &held.token).await;
+        other.close().await;
+        released
+    };
+    let outcome = released_late(&fx, release, fx.groups()).await;
+    assert!(
+        matches!(&outcome, Ok(released) if !released.released
+            && released.groups_released == 0
+            && released.groups_maybe_released() == 5),
+        "a release by token claimed a lock it cannot know it deleted: {outcome:?}"
+    );
+    assert_eq!(fx.values_of(&lock_key("by-token")).await, vec![None; 5]);
 }

@@ -473,23 +473,34 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
     report_release(&resources, &released, json)
 }
 
-/// Prints a release of one resource or of a set (`resources` in the engine's order).
+/// Prints a release of one resource or of a set (`resources` in the engine's order). Only a
+/// delete this release made is reported as released: a lock gone after a try that went
+/// unanswered may have expired first.
 fn report_release(resources: &[String], released: &Released, json: bool) -> anyhow::Result<u8> {
     let named = label(resources);
+    let several = resources.len() > 1;
+    let maybe_released = released.groups_maybe_released();
     if json {
         output::json(&json!({
             "released": released.released,
             "resource": resources[0],
             "resources": resources,
             "groups_released": released.groups_released,
+            "groups_maybe_released": maybe_released,
             "votes": released.votes,
         }))?;
     } else if released.released {
         println!("released {named} on {} groups", released.groups_released);
+    } else if maybe_released > 0 {
+        println!(
+            "{named} {} gone from {maybe_released} groups, but this release's try there went unanswered: whether it or the lease's end (expiry, force release) removed {} cannot be told; not reported as released",
+            if several { "are" } else { "is" },
+            if several { "them" } else { "it" }
+        );
     } else {
         println!(
             "{named} {} not held by this token (expired, released, or someone else's); nothing changed",
-            if resources.len() > 1 { "were" } else { "was" }
+            if several { "were" } else { "was" }
         );
     }
     Ok(if released.released {

@@ -2,7 +2,7 @@
 //! compare-by-token script fanned out to every group.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fred::types::Value;
 use tokio::task::JoinHandle;
@@ -154,11 +154,15 @@ impl Engine {
         Err(self.not_held(&keys.label(), votes))
     }
 
-    /// Deletes every lock of `keys` still held under `token`, on every group.
+    /// Deletes every lock of `keys` still held under `token`, on every group. `valid_until`
+    /// is the lease's validity on the engine's clock, known to the process that holds the
+    /// lease and to no other: without it, a group whose lock is gone after a try that may
+    /// have run is never counted as released by this call.
     pub async fn release(
         self: &Arc<Self>,
         keys: &LeaseKeys,
         token: &str,
+        valid_until: Option<Instant>,
     ) -> Result<Released, Error> {
         check_token(token)?;
         let release = Call {
@@ -213,21 +217,24 @@ impl Engine {
             if deleted(&votes) == 0
                 && let Ok(tries) = retried.await
             {
+                // Read once every retry has answered, not when the release started: the lease
+                // may lapse while a try waits on a slow master, and a lock that expired there
+                // before our delete landed must not count as ours. A group's lock outlives the
+                // lease's validity (the drift allowance), so a lock found gone by an answer
+                // that came back before the validity ended was removed before it ended, when
+                // nothing but a delete removes it: this release's, or a force release's (the
+                // operator's override, which no answer tells apart from ours).
+                let live = valid_until.is_some_and(|until| self.clock.now() < until);
                 for ((vote, tried), ran) in votes.iter_mut().zip(tries).zip(may_have_run) {
                     let Some(tried) = tried else { continue };
-                    let ran = ran || tried.earlier_may_have_run;
-                    // A try that may have run, then no lock at all: ours is gone from that
-                    // group, and while the lease lives only this release deletes it. Counted as
-                    // deleted there, or a release whose replies came back after the call
-                    // timeout would say that the lock it deleted was not held. Another
-                    // holder's lock there says our token did not hold it.
-                    let absent = matches!(&tried.last, Reply::Answer(value) if status(value) == Some(code::ABSENT));
-                    vote.vote = Vote::from_reply(Some(tried.last), |answer| token_vote(&answer));
-                    if ran && !ended_before && absent {
-                        vote.vote = Vote::Granted;
-                    }
+                    vote.vote = retried_vote(tried, ran, live && !ended_before);
                 }
-                if deleted(&votes) >= self.majority.needed {
+                // Gone from a majority, by our delete or not: the lock is free either way.
+                let gone = votes
+                    .iter()
+                    .filter(|v| matches!(v.vote, Vote::Granted | Vote::MaybeReleased))
+                    .count();
+                if gone >= self.majority.needed {
                     wake();
                 }
             }
@@ -235,6 +242,9 @@ impl Engine {
         self.released(&keys.label(), votes)
     }
 
+    /// Deletes the lock whoever holds it, one try per group. Only a group that answered that
+    /// it deleted a lock counts as released; one whose try went unanswered may have deleted
+    /// it too, and keeps its timeout or error vote.
     pub async fn force_release(&self, resource: &str) -> Result<Released, Error> {
         validate_resource(resource)?;
         let keys = self.resource_keys(resource);
@@ -263,8 +273,8 @@ impl Engine {
         self.released(resource, votes)
     }
 
-    /// A release's outcome: what was deleted, or an error when too few groups answered to
-    /// know.
+    /// A release's outcome: what this call deleted (only the groups whose vote is
+    /// [`Vote::Granted`]), or an error when too few groups answered to know.
     fn released(&self, resource: &str, votes: Vec<GroupVote>) -> Result<Released, Error> {
         let groups_released = votes.iter().filter(|v| v.vote == Vote::Granted).count();
         let answered = votes.iter().filter(|v| !v.vote.is_failure()).count();
@@ -283,6 +293,25 @@ impl Engine {
 struct Tried {
     last: Reply<Value>,
     earlier_may_have_run: bool,
+}
+
+/// A retried group's vote (`ran`: the first try may have run). A try that may have run, then
+/// no lock at all: our try or the lease's end removed it. Counted as deleted only when the
+/// lease was ours throughout (`live`), or a release whose replies came back after the call
+/// timeout would say that the lock it deleted was not held; otherwise which of the two
+/// removed it cannot be told, and the vote says so. Another holder's lock there says our
+/// token did not hold it.
+fn retried_vote(tried: Tried, ran: bool, live: bool) -> Vote {
+    let ran = ran || tried.earlier_may_have_run;
+    let absent = matches!(&tried.last, Reply::Answer(value) if status(value) == Some(code::ABSENT));
+    if ran && absent {
+        return if live {
+            Vote::Granted
+        } else {
+            Vote::MaybeReleased
+        };
+    }
+    Vote::from_reply(Some(tried.last), |answer| token_vote(&answer))
 }
 
 /// `ask`'s first answer, tried up to `retries` more times while it times out or fails.
@@ -421,6 +450,41 @@ mod tests {
         assert!(!tried.earlier_may_have_run);
         let tried = tries(2, vec![not_ours()]);
         assert!(!tried.earlier_may_have_run);
+    }
+
+    #[test]
+    fn a_lock_gone_after_a_try_that_may_have_run_is_released_only_while_the_lease_lived() {
+        let absent = || Reply::Answer(Value::Array(vec![Value::Integer(8)]));
+        let tried = |last, earlier_may_have_run| Tried {
+            last,
+            earlier_may_have_run,
+        };
+        // The first try timed out, the retry found no lock: ours only within the validity.
+        assert_eq!(
+            retried_vote(tried(absent(), false), true, true),
+            Vote::Granted
+        );
+        assert_eq!(
+            retried_vote(tried(absent(), false), true, false),
+            Vote::MaybeReleased
+        );
+        // A retry before the last timed out: the same.
+        assert_eq!(
+            retried_vote(tried(absent(), true), false, false),
+            Vote::MaybeReleased
+        );
+        // Nothing of ours ran before the answer: the lock was gone already.
+        assert_eq!(
+            retried_vote(tried(absent(), false), false, true),
+            Vote::NotHeld
+        );
+        // Another holder's lock is never ours; a retry that failed too says so.
+        let other = Reply::Answer(Value::Integer(0));
+        assert_eq!(retried_vote(tried(other, true), true, true), Vote::NotHeld);
+        assert_eq!(
+            retried_vote(tried(Reply::Timeout, true), true, true),
+            Vote::Timeout
+        );
     }
 
     #[test]

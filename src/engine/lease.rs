@@ -241,7 +241,9 @@ impl Lease {
     /// Releases the lease on every group.
     pub async fn release(mut self) -> Result<Released, Error> {
         self.open = false;
-        self.engine.release(&self.keys, &self.held_as).await
+        self.engine
+            .release(&self.keys, &self.held_as, Some(self.valid_until))
+            .await
     }
 
     /// Gives up responsibility for releasing: the lock stays until its TTL or an explicit
@@ -296,10 +298,11 @@ impl Drop for Lease {
         if tokio::runtime::Handle::try_current().is_ok() {
             let engine = self.engine.clone();
             let (keys, token) = (self.keys.clone(), std::mem::take(&mut self.held_as));
+            let valid_until = Some(self.valid_until);
             // Tracked with the engine's other background deletes: `Locks::close` waits for it.
             let cleanup = engine.cleanup.clone();
             cleanup.spawn(async move {
-                if let Err(error) = engine.release(&keys, &token).await {
+                if let Err(error) = engine.release(&keys, &token, valid_until).await {
                     let resource = keys.label();
                     tracing::warn!(%resource, %error, "background release of a dropped lease failed; the TTL will free it");
                 }

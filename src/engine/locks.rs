@@ -112,15 +112,35 @@ pub struct Extended {
     pub votes: Vec<GroupVote>,
 }
 
-/// The result of one release.
+/// The result of one release. `released: true` says this call deleted the lock; `false`
+/// with [`Released::groups_maybe_released`] at 0 says it was gone already (expired,
+/// released, force-released) or held by another token; `false` with some groups maybe
+/// released says it is gone there, and whether this call or the lease's end removed it
+/// cannot be told.
 #[derive(Debug, Clone, Serialize)]
 pub struct Released {
-    /// True when at least one group still held the lock under this token and deleted it.
+    /// True when at least one group still held the lock under this token and this release
+    /// deleted it there.
     pub released: bool,
-    /// How many groups deleted it by the time the release answered (a group whose try
-    /// failed, once the lock is gone elsewhere, is tried again in the background).
+    /// How many groups this release deleted it on by the time it answered (a group whose try
+    /// failed, once the lock is gone elsewhere, is tried again in the background). A group
+    /// where a try that may have run is followed by no lock at all counts only while the
+    /// lease's validity lasts, which the holder of a [`Lease`] knows and a release by token
+    /// does not; elsewhere it is [`Vote::MaybeReleased`].
     pub groups_released: usize,
     pub votes: Vec<GroupVote>,
+}
+
+impl Released {
+    /// Groups where the lock is gone after a try of this release that may have run, but
+    /// whether that try or the lease's end removed it cannot be told ([`Vote::MaybeReleased`]);
+    /// never counted in `groups_released`.
+    pub fn groups_maybe_released(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| v.vote == Vote::MaybeReleased)
+            .count()
+    }
 }
 
 /// A successful acquire: the token and fencing token it won, and the vote behind it. It
@@ -251,20 +271,23 @@ impl Locks {
     }
 
     /// Deletes the lock on every group where it still carries `token`; with a permit's
-    /// token, that permit of semaphore `resource`.
+    /// token, that permit of semaphore `resource`. A release by token cannot know the lease's
+    /// validity, so a group where the lock is gone after a try that went unanswered counts
+    /// as maybe released, never as released ([`Released::groups_maybe_released`]).
     pub async fn release(&self, resource: &str, token: &str) -> Result<Released, Error> {
         let (keys, token) = self.engine.by_token_keys(resource, token)?;
-        self.engine.release(&keys, token).await
+        self.engine.release(&keys, token, None).await
     }
 
-    /// Deletes every resource of a set still held under `token`, on every group.
+    /// Deletes every resource of a set still held under `token`, on every group; by token,
+    /// like [`Locks::release`].
     pub async fn release_all<S: AsRef<str>>(
         &self,
         resources: &[S],
         token: &str,
     ) -> Result<Released, Error> {
         let keys = self.engine.set_keys(resources)?;
-        self.engine.release(&keys, token).await
+        self.engine.release(&keys, token, None).await
     }
 
     /// Deletes the lock on every group whoever holds it; for operators clearing a stuck

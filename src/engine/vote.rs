@@ -26,6 +26,10 @@ pub enum Vote {
     FenceAhead { fence: u64 },
     /// The script answered "not ours" (release/extend of a token this group does not hold).
     NotHeld,
+    /// Release: no lock is left on this group after a try that may have run (it timed out or
+    /// failed), and whether that try or the lease's end (expiry, force release) removed it
+    /// cannot be told.
+    MaybeReleased,
     /// This master is new to the vote (a promoted replica, or restarted without its data) and
     /// sits out until every lease it may have missed has expired.
     Quarantined { remaining_ms: u64 },

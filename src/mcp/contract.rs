@@ -241,16 +241,19 @@ pub use crate::Holder as HolderView;
 /// Result of `release_lock`.
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct ReleaseLockResult {
-    /// True when the lock was yours and is now free. False when this token did not hold it
-    /// (it expired, was already released, or the token is wrong); the lock was left alone.
+    /// True when this call deleted your lock and it is free now. False when it did not: this
+    /// token did not hold it (it expired, was already released, or the token is wrong), or
+    /// see `groups_maybe_released`.
     pub released: bool,
     /// The resource; with `resources`, the first of them in sorted order.
     pub resource: String,
     /// Every resource released together, sorted: one, unless you passed `resources`.
     pub resources: Vec<String>,
-    /// How many groups deleted the lock at the first try; a group that did not answer is
-    /// tried again in the background.
+    /// How many groups this call deleted the lock on; a group that did not answer is tried
+    /// again in the background.
     pub groups_released: usize,
+    /// Groups where the lock is gone after this call's unanswered try: it or the expiry did it.
+    pub groups_maybe_released: usize,
 }
 
 /// Result of `extend_lock`.
@@ -458,6 +461,7 @@ impl From<&GroupVote> for GroupVoteView {
                 "fence_ahead"
             }
             Vote::NotHeld => "not_held",
+            Vote::MaybeReleased => "maybe_released",
             Vote::Timeout => "timeout",
             Vote::Error { message } => {
                 view.message = Some(message.clone());

@@ -39,7 +39,7 @@ A tool error about quorum means the lock service is degraded: never proceed as i
 Keepalive leases are capped per session and per server: beyond a cap the call is a tool error naming the limit, and it leaves no lock behind.";
 
 const RELEASE_LOCK: &str = "Release a lock you hold as soon as you are done with the resource, so others can take it. \
-Pass the token from acquire_lock and the same resource, or the same resources (a set is released together). released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone. \
+Pass the token from acquire_lock and the same resource, or the same resources (a set is released together). released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone, unless groups_maybe_released is above 0: then it is gone, and this call cannot tell whether it or the expiry removed it. \
 Also stops this server's renewal of a keepalive lease. Safe to repeat.";
 
 const EXTEND_LOCK: &str = "Renew a lock you hold for ttl_ms more milliseconds, counted from now, before validity_ms runs out, when your work takes longer than planned. \
@@ -321,14 +321,15 @@ impl LockServer {
             }
             KeptRelease::NotKept => shared.locks.release(target.first(), &args.token).await,
         };
-        let (released, groups_released) = match released {
+        let (released, groups_released, groups_maybe_released) = match released {
             Ok(released) => {
                 shared.metrics.votes(&released.votes);
-                (released.released, released.groups_released)
+                let maybe_released = released.groups_maybe_released();
+                (released.released, released.groups_released, maybe_released)
             }
             Err(Error::NotHeld { votes, .. }) => {
                 shared.metrics.votes(&votes);
-                (false, 0)
+                (false, 0, 0)
             }
             Err(error) => return Err(self.failure(error)),
         };
@@ -341,6 +342,11 @@ impl LockServer {
                 } else {
                     "it is"
                 }
+            )
+        } else if groups_maybe_released > 0 {
+            format!(
+                "not confirmed released: {} is gone from {groups_maybe_released} groups, but this call's try there went unanswered, so it or the lease's expiry removed it; do not assume the lease held until now",
+                target.label()
             )
         } else {
             format!(
@@ -355,6 +361,7 @@ impl LockServer {
                 resource: target.first().to_string(),
                 resources: target.names,
                 groups_released,
+                groups_maybe_released,
             },
         )
     }
