@@ -56,8 +56,10 @@ pub use config::{
 };
 pub use engine::admission::{AdmitOptions, GroupAdmission, ReplicaAcks};
 pub use engine::clock::Clock;
-pub use engine::error::{Error, Holder};
-pub use engine::health::{Admission, GroupHealth, Health, ReplicaView};
+pub use engine::error::{AdmitRefusal, Error, Holder};
+pub use engine::health::{
+    Admission, GroupHealth, Health, ReplicaSetting, ReplicaView, WindowSetting,
+};
 pub use engine::inspect::{
     GroupLockState, GroupView, HolderGroups, ListedLock, LockList, LockStatus, MAX_LIST_LIMIT,
 };

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use common::resp::{Reply, call, call_replica, key_slot, text};
 use common::{connect, eventually, port_of, start_lab, temp_dir};
+use quorumlock::AdmitOptions;
 use quorumlock::lab::{ClusterShape, LabSpec, NodeKind};
-use quorumlock::{AdmitOptions, protocol::Policy};
 
 /// How long a raised policy may take to reach a replica on a busy machine.
 const REPLICATED_WITHIN: Duration = Duration::from_secs(10);
@@ -72,16 +72,10 @@ async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replic
     );
 
     let locks = connect(lab.topology()).await;
-    let raised = Policy {
-        max_ttl_ms: 90_000,
-        ..lab.spec().policy()
-    };
     let admitted = locks
         .admit(&AdmitOptions {
             groups: vec!["g1".into()],
-            policy: raised,
-            delay: Duration::ZERO,
-            force: false,
+            ..AdmitOptions::new(90_000)
         })
         .await
         .expect("admit answers");

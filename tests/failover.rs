@@ -1,6 +1,6 @@
 //! Failover safety against real Sentinels: a promoted replica or a master restarted without
-//! its data sits out the vote for one max TTL, and Sentinel's `+switch-master` moves a group
-//! to its new master at once.
+//! its data sits out the vote for its policy's quarantine, and Sentinel's `+switch-master`
+//! moves a group to its new master at once.
 
 mod common;
 
@@ -44,16 +44,13 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
     assert_eq!(failover.group, "g1");
     assert_ne!(failover.master, format!("127.0.0.1:{}", killed.port));
 
-    // The group answers again from the promoted replica, which must not vote yet: it may have
-    // missed the last grants of the dead master.
+    // The group answers again from the promoted replica. With min-replicas-to-write it
+    // refuses writes until it has a replica of its own.
     let deadline = Instant::now() + Duration::from_secs(5);
     let answered_at = loop {
         let votes = attempt_votes(&fx.locks, "after-switch").await;
         match vote_of(&votes, "g1") {
-            Vote::Quarantined { remaining_ms } => {
-                assert!(remaining_ms <= fx.topology.max_ttl_ms);
-                break Instant::now();
-            }
+            Vote::Error { message } if message.contains("NOREPLICAS") => break Instant::now(),
             Vote::Granted => panic!("a freshly promoted replica voted"),
             other => assert!(
                 Instant::now() < deadline,
@@ -66,6 +63,25 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
         answered_at - failover.announced_at,
         failover.reconnected_at - failover.announced_at
     );
+    // The old master comes back, empty, as its replica. The new master must not vote yet
+    // then either: it may have missed the last grants of the dead master.
+    fx.lab.restart(0).await.expect("restart the old master");
+    fx.lab.rejoin(0).await.expect("the old master replicates");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let votes = attempt_votes(&fx.locks, "after-rejoin").await;
+        match vote_of(&votes, "g1") {
+            Vote::Quarantined { remaining_ms } => {
+                assert!(remaining_ms <= fx.lab.spec().policy().quarantine_ms());
+                break;
+            }
+            Vote::Granted => panic!("a freshly promoted replica voted"),
+            other => assert!(
+                Instant::now() < deadline,
+                "g1 never sat out its quarantine: {other:?}"
+            ),
+        }
+    }
 
     let health = fx.locks.health().await;
     let g1 = &health.groups[0];
@@ -153,9 +169,8 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
     let admitted = contender
         .admit(&AdmitOptions {
             groups: restarted,
-            policy,
             delay: Duration::from_millis(policy.quarantine_ms()),
-            force: false,
+            ..AdmitOptions::new(policy.max_ttl_ms)
         })
         .await
         .expect("admit");

@@ -382,3 +382,27 @@ async fn stop_removes_the_state_and_open_needs_a_running_lab() {
     let error = Lab::open(dir.path()).err().expect("stopped");
     assert!(matches!(error, LabError::NoLab { .. }), "{error:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_default_lab_started_from_the_command_line_shows_no_unsafe_setting_in_health() {
+    let dir = temp_dir();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+            .arg("--lab-dir")
+            .arg(dir.path())
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run quorumlock")
+    };
+    let up = run(&["lab", "up"]);
+    assert!(up.status.success(), "{up:?}");
+    let health = run(&["--lab", "health"]);
+    let text = String::from_utf8_lossy(&health.stdout).into_owned();
+    let down = run(&["lab", "down"]);
+    assert!(down.status.success(), "{down:?}");
+    assert!(health.status.success(), "{health:?}");
+    // Replicas and min-replicas-to-write 1 with a write window that covers the lag.
+    assert!(!text.contains("UNSAFE"), "{text}");
+    assert!(text.contains("5 of 5 groups vote"), "{text}");
+}

@@ -869,9 +869,9 @@ async fn readyz_turns_503_while_no_majority_votes_and_200_once_one_does_again() 
     fx.locks
         .admit(&quorumlock::AdmitOptions {
             groups: admit,
-            policy,
             delay: Duration::from_millis(policy.max_ttl_ms + policy.write_window_ms),
             force: true,
+            ..quorumlock::AdmitOptions::new(policy.max_ttl_ms)
         })
         .await
         .expect("admit the restarted masters");

@@ -213,7 +213,18 @@ async fn cutting_a_masters_client_links_times_its_group_out_and_healing_brings_i
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cutting_a_masters_replica_and_sentinel_links_promotes_the_replica_while_direct_clients_still_reach_it()
  {
-    let fx = fixture(with_links, |topology| topology).await;
+    // The unsafe shape on purpose: without min-replicas-to-write the old master goes on
+    // taking writes once cut off from its replica.
+    let fx = fixture(
+        |spec| {
+            with_links(LabSpec {
+                min_replicas_max_lag_s: None,
+                ..spec
+            })
+        },
+        |topology| topology,
+    )
+    .await;
     let old = fx.lab.master_of(0).await.expect("master");
     fx.lab
         .partition(0, LinkClass::Replica)

@@ -13,7 +13,6 @@ use common::{connect, fence_key, fixture, lock_key, plain, poll_until};
 use fred::prelude::*;
 use fred::types::{CustomCommand, Value};
 use quorumlock::lab::LabSpec;
-use quorumlock::protocol::Policy;
 use quorumlock::{Admission, AdmitOptions, Error, Topology, Vote};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -128,12 +127,7 @@ async fn a_policy_raised_during_a_quarantine_lengthens_it_to_the_new_policy() {
         .locks
         .admit(&AdmitOptions {
             groups: vec!["g1".into()],
-            policy: Policy {
-                max_ttl_ms: 4_000,
-                write_window_ms: 0,
-            },
-            delay: Duration::ZERO,
-            force: false,
+            ..AdmitOptions::new(4_000)
         })
         .await
         .expect("admit");
@@ -585,13 +579,12 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantine() {
     let mut fx = common::sentinel_lab().await;
+    let policy = fx.lab.spec().policy();
     let admit_g1 = AdmitOptions {
         groups: vec!["g1".into()],
-        policy: fx.lab.spec().policy(),
-        delay: Duration::ZERO,
-        force: false,
+        ..AdmitOptions::new(policy.max_ttl_ms)
     };
-    let quarantine_ms = admit_g1.policy.quarantine_ms();
+    let quarantine_ms = policy.quarantine_ms();
     // g1's replica holds the policy before its master dies.
     let before = fx.locks.admit(&admit_g1).await.expect("admit");
     assert_eq!(
@@ -617,6 +610,19 @@ async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantin
     })
     .await;
     promoted.expect("g1 answers from its promoted replica");
+    // With min-replicas-to-write it takes writes once the old master is back as its replica.
+    fx.lab.restart(0).await.expect("restart the old master");
+    fx.lab.rejoin(0).await.expect("the old master replicates");
+    let replicated = poll_until(Duration::from_secs(10), || async {
+        let health = fx.locks.health().await;
+        let replicas = &health.groups[0].replicas;
+        replicas
+            .iter()
+            .any(|replica| replica.state == "online")
+            .then_some(())
+    })
+    .await;
+    replicated.expect("g1's new master has a replica online");
     let admitted = fx.locks.admit(&admit_g1).await.expect("admit");
     assert!(admitted[0].error.is_none(), "{admitted:?}");
     let votes_in_ms = admitted[0].votes_in_ms.expect("admit says when g1 votes");
@@ -644,12 +650,7 @@ async fn admit_does_not_take_a_deployment_for_brand_new_when_groups_do_not_answe
         .locks
         .admit(&AdmitOptions {
             groups: vec!["g1".into()],
-            policy: Policy {
-                max_ttl_ms: 3_000,
-                write_window_ms: 0,
-            },
-            delay: Duration::ZERO,
-            force: false,
+            ..AdmitOptions::new(3_000)
         })
         .await
         .expect("admit");
@@ -663,5 +664,173 @@ async fn admit_does_not_take_a_deployment_for_brand_new_when_groups_do_not_answe
         !matches!(health.groups[0].admission, Admission::Voting),
         "{:?}",
         health.groups[0].admission
+    );
+}
+
+/// `quorumlock admit` with the lab's topology, without a terminal.
+fn admit_command(config: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .arg("--config")
+        .arg(config)
+        .arg("admit")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run quorumlock admit");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), text)
+}
+
+/// The lines of an admit table that refuse a group.
+fn refused_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|line| line.contains("REFUSED"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_without_a_window_gives_each_group_the_window_its_masters_min_replicas_max_lag_needs()
+{
+    let fx = common::sentinel_lab().await;
+    // g2's master now runs a longer lag than the lab's own policy covers.
+    fx.lab
+        .run_on_master(1, &["CONFIG", "SET", "min-replicas-max-lag", "10"])
+        .await
+        .expect("CONFIG SET");
+    let admitted = fx
+        .locks
+        .admit(&AdmitOptions::new(fx.lab.spec().max_ttl_ms))
+        .await
+        .expect("admit");
+    assert!(admitted.iter().all(|a| a.error.is_none()), "{admitted:?}");
+    // Read back from the masters.
+    let health = fx.locks.health().await;
+    let windows: Vec<Option<u64>> = health
+        .groups
+        .iter()
+        .map(|group| group.policy.map(|policy| policy.write_window_ms))
+        .collect();
+    let lab_window = fx.lab.spec().policy().write_window_ms;
+    assert_eq!(
+        windows,
+        vec![
+            Some(lab_window),
+            Some(quorumlock::protocol::Policy::write_window_for(10)),
+            Some(lab_window),
+            Some(lab_window),
+            Some(lab_window),
+        ]
+    );
+    for group in &health.groups {
+        assert!(group.unsafe_settings.is_empty(), "{group:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_refuses_a_window_below_what_min_replicas_max_lag_needs_naming_the_group_unless_allowed_and_health_flags_it()
+ {
+    let fx = common::sentinel_lab().await;
+    let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
+    fx.lab
+        .run_on_master(1, &["CONFIG", "SET", "min-replicas-max-lag", "10"])
+        .await
+        .expect("CONFIG SET");
+    // 5 s covers the other masters' lag of 1 s, not g2's 10 s.
+    let (ok, text) = admit_command(&config, &["--write-window-ms", "5000", "--yes"]);
+    assert!(!ok, "{text}");
+    let refused = refused_lines(&text);
+    assert_eq!(refused.len(), 1, "{text}");
+    assert!(refused[0].starts_with("g2"), "{text}");
+    assert!(refused[0].contains("min-replicas-max-lag 10 s"), "{text}");
+    assert!(refused[0].contains("--allow-short-window"), "{text}");
+    let health = fx.locks.health().await;
+    assert_eq!(
+        health.groups[1].policy.map(|p| p.write_window_ms),
+        Some(fx.lab.spec().policy().write_window_ms),
+        "the refused window reached g2"
+    );
+    // Another risk's flag does not accept this one.
+    let (ok, text) = admit_command(
+        &config,
+        &[
+            "--group",
+            "g2",
+            "--write-window-ms",
+            "5000",
+            "--allow-unreplicated-writes",
+            "--yes",
+        ],
+    );
+    assert!(!ok, "{text}");
+    // Its own flag accepts it, and health shows the gap.
+    let (ok, text) = admit_command(
+        &config,
+        &[
+            "--group",
+            "g2",
+            "--write-window-ms",
+            "5000",
+            "--allow-short-window",
+            "--yes",
+        ],
+    );
+    assert!(ok, "{text}");
+    let health = fx.locks.health().await;
+    let g2 = &health.groups[1];
+    assert_eq!(g2.policy.map(|p| p.write_window_ms), Some(5_000));
+    assert!(
+        g2.unsafe_settings
+            .iter()
+            .any(|s| s.contains("min-replicas-max-lag 10 s") && s.contains("12000")),
+        "{g2:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admit_refuses_a_master_with_replicas_and_min_replicas_to_write_0_naming_it_unless_allowed_and_health_flags_it()
+ {
+    let fx = common::sentinel_lab().await;
+    let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
+    fx.lab
+        .run_on_master(2, &["CONFIG", "SET", "min-replicas-to-write", "0"])
+        .await
+        .expect("CONFIG SET");
+    let (ok, text) = admit_command(&config, &["--yes"]);
+    assert!(!ok, "{text}");
+    let refused = refused_lines(&text);
+    assert_eq!(refused.len(), 1, "{text}");
+    assert!(refused[0].starts_with("g3"), "{text}");
+    assert!(refused[0].contains("min-replicas-to-write 0"), "{text}");
+    assert!(refused[0].contains("--allow-unreplicated-writes"), "{text}");
+    // Another risk's flag does not accept this one.
+    let (ok, text) = admit_command(
+        &config,
+        &[
+            "--group",
+            "g3",
+            "--write-window-ms",
+            "60000",
+            "--allow-short-window",
+            "--yes",
+        ],
+    );
+    assert!(!ok, "{text}");
+    let (ok, text) = admit_command(
+        &config,
+        &["--group", "g3", "--allow-unreplicated-writes", "--yes"],
+    );
+    assert!(ok, "{text}");
+    let health = fx.locks.health().await;
+    assert!(
+        health.groups[2]
+            .unsafe_settings
+            .iter()
+            .any(|s| s.contains("min-replicas-to-write is 0")),
+        "{:?}",
+        health.groups[2]
     );
 }

@@ -1,7 +1,9 @@
 //! `quorumlock admit`: gives masters the lock policy and admits them to the vote. For a
 //! brand-new deployment (its masters have no policy and sit out until admitted), for raising
 //! the policy, and for masters that lost their data when too few groups hold a policy to
-//! adopt one (then with `--after-ms` of at least the policy's quarantine).
+//! adopt one (then with `--after-ms` of at least the policy's quarantine). The write window
+//! is computed from what each group's masters run unless given; the engine checks it, and
+//! each risk an operator may accept has a flag of its own.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
@@ -10,12 +12,11 @@ use clap::Args;
 
 use super::exit;
 use super::output::{self, or_dash};
-use crate::protocol::Policy;
 use crate::{AdmitOptions, Locks};
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  quorumlock admit --yes                               # a brand-new deployment, every group, at once\n  quorumlock admit --max-ttl-ms 300000 --write-window-ms 12000 --yes   # raise the policy\n  quorumlock admit --group g2 --after-ms 72000 --yes   # a master that lost its data: after the quarantine"
+    after_help = "Examples:\n  quorumlock admit --yes                               # a brand-new deployment, every group, at once\n  quorumlock admit --max-ttl-ms 300000 --yes           # raise the policy\n  quorumlock admit --group g2 --after-ms 72000 --yes   # a master that lost its data: after the quarantine"
 )]
 pub struct AdmitArgs {
     /// Group to admit (repeat for several); every group when absent.
@@ -24,10 +25,11 @@ pub struct AdmitArgs {
     /// Longest TTL the masters grant. Default: the topology's max_ttl_ms.
     #[arg(long)]
     max_ttl_ms: Option<u64>,
-    /// How long an old master cut off from its replica may go on taking writes:
-    /// min-replicas-max-lag plus 2 s, in ms (0 for masters without replicas).
-    #[arg(long, default_value_t = 0)]
-    write_window_ms: u64,
+    /// How long an old master cut off from its replicas may go on taking writes, in ms.
+    /// Default: computed for each group from what its masters run (min-replicas-max-lag
+    /// plus 2 s; cluster-node-timeout plus 1 s), and a smaller one is refused.
+    #[arg(long)]
+    write_window_ms: Option<u64>,
     /// Milliseconds the masters sit out before they vote (0: at once, for masters that never
     /// held a lock).
     #[arg(long, default_value_t = 0)]
@@ -36,16 +38,29 @@ pub struct AdmitArgs {
     /// promoted master no vote has met, or one that lost its data.
     #[arg(long)]
     force: bool,
+    /// Accept a --write-window-ms below what a group's masters need: an old master cut off
+    /// from its replicas may grant after the promoted one's quarantine ended.
+    #[arg(long, requires = "write_window_ms")]
+    allow_short_window: bool,
+    /// Admit a master with replicas and min-replicas-to-write 0: cut off from its replicas,
+    /// it grants with no end after Sentinel or the cluster promoted one.
+    #[arg(long)]
+    allow_unreplicated_writes: bool,
+    /// Admit a group whose settings cannot be read (CONFIG GET refused), unchecked, under
+    /// the --write-window-ms given.
+    #[arg(long, requires = "write_window_ms")]
+    allow_unread_settings: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
 }
 
 pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<u8> {
-    let policy = Policy {
-        max_ttl_ms: args.max_ttl_ms.unwrap_or(locks.topology().max_ttl_ms),
-        write_window_ms: args.write_window_ms,
-    };
+    let max_ttl_ms = args.max_ttl_ms.unwrap_or(locks.topology().max_ttl_ms);
+    let window = args.write_window_ms.map_or_else(
+        || "computed from each master's settings".to_string(),
+        |window| window.to_string(),
+    );
     let groups = if args.groups.is_empty() {
         "every group".to_string()
     } else {
@@ -53,8 +68,8 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
     };
     if !args.yes
         && !confirm(&format!(
-            "Admit {groups} to the vote under max_ttl_ms={} write_window_ms={}, after {} ms? [y/N] ",
-            policy.max_ttl_ms, policy.write_window_ms, args.after_ms
+            "Admit {groups} to the vote under max_ttl_ms={max_ttl_ms} write_window_ms={window}, after {} ms? [y/N] ",
+            args.after_ms
         ))?
     {
         eprintln!("nothing admitted");
@@ -63,9 +78,13 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
     let admitted = locks
         .admit(&AdmitOptions {
             groups: args.groups.clone(),
-            policy,
+            write_window_ms: args.write_window_ms,
             delay: Duration::from_millis(args.after_ms),
             force: args.force,
+            allow_short_window: args.allow_short_window,
+            allow_unreplicated_writes: args.allow_unreplicated_writes,
+            allow_unread_settings: args.allow_unread_settings,
+            ..AdmitOptions::new(max_ttl_ms)
         })
         .await?;
     let failed = admitted.iter().any(|a| a.error.is_some());

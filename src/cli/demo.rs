@@ -1,6 +1,9 @@
 //! `quorumlock demo`: the five-minute tour. Starts a lab, lets workers contend for a few
-//! resources, kills one master halfway, and prints what happened and whether it was safe.
-//! With `--cluster` every group is a Redis Cluster, and the master killed is one primary.
+//! resources, kills one master halfway, brings it back as the promoted replica's replica,
+//! and prints what happened and whether it was safe. The lab runs the safe settings
+//! (`min-replicas-to-write 1`), so the promoted replica takes writes only once it has a
+//! replica again. With `--cluster` every group is a Redis Cluster, and the master killed is
+//! one primary.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,13 +24,14 @@ use tokio::sync::broadcast;
 
 /// Group whose master the demo kills (0-based: g2).
 const VICTIM: usize = 1;
-/// The demo's max TTL, and so the quarantine of the promoted replica.
-const QUARANTINE: Duration = Duration::from_secs(5);
+/// The demo's max TTL: with the lab's write window, the quarantine of the promoted replica.
+const MAX_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Args)]
 pub struct DemoArgs {
-    /// How long the workers run, in seconds.
-    #[arg(long, default_value_t = 20)]
+    /// How long the workers run, in seconds: the failed group votes again some 10 s after
+    /// the kill halfway.
+    #[arg(long, default_value_t = 30)]
     duration: u64,
     /// Number of contending workers.
     #[arg(long, default_value_t = 8)]
@@ -63,7 +67,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<u8> {
     let dir = tempfile::tempdir()?;
     // A short lock policy keeps the promoted replica's quarantine visible within the run.
     let spec = LabSpec {
-        max_ttl_ms: millis(QUARANTINE),
+        max_ttl_ms: millis(MAX_TTL),
         ..LabSpec::new(dir.path())
     };
     let spec = if args.cluster {
@@ -141,6 +145,7 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
         victim.pid,
         victim.port
     );
+    let quarantine_s = lab.spec().policy().quarantine_ms() as f64 / 1000.0;
     if args.cluster {
         match watch_promotion(&lab, victim.port, deadline).await {
             Some(promoted) => {
@@ -150,15 +155,31 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
                     at.as_secs_f64(),
                     at.as_millis() as u64 - kill_ms,
                 );
+                // With min-replicas-to-write the new primary takes writes once the old one
+                // is back as its replica.
+                lab.restart_shard(VICTIM, 0).await?;
                 println!(
-                    "           its slots sit out the vote for {} s: the new primary may have missed the last grants",
-                    QUARANTINE.as_secs()
+                    "t={:>5.1}s  restarted the old primary, empty: it rejoins as the new primary's replica",
+                    start.elapsed().as_secs_f64()
+                );
+                println!(
+                    "           the shard's slots sit out the vote for {quarantine_s} s from their first vote: the new primary may have missed the last grants"
                 );
             }
             None => println!("           no promotion seen before the end of the run"),
         }
-    } else {
-        report_failover(&mut failovers, deadline, start, kill_ms).await;
+    } else if report_failover(&mut failovers, deadline, start, kill_ms).await {
+        // With min-replicas-to-write the promoted replica takes writes once it has a
+        // replica: the old master, back empty.
+        lab.restart(VICTIM).await?;
+        lab.rejoin(VICTIM).await?;
+        println!(
+            "t={:>5.1}s  restarted the old master, empty, as the new master's replica",
+            start.elapsed().as_secs_f64()
+        );
+        println!(
+            "           the new master sits out the vote for {quarantine_s} s from its first vote: it may have missed the last grants"
+        );
     }
     for worker in workers {
         worker.await?;
@@ -182,12 +203,13 @@ async fn watch_promotion(lab: &Lab, killed: u16, deadline: Instant) -> Option<u1
     None
 }
 
+/// Prints Sentinel's promotion of the victim's replica; false when none came in time.
 async fn report_failover(
     failovers: &mut broadcast::Receiver<Failover>,
     deadline: Instant,
     start: Instant,
     kill_ms: u64,
-) {
+) -> bool {
     match watch_failover(failovers, deadline).await {
         Some(failover) => {
             let at = failover.announced_at - start;
@@ -199,12 +221,12 @@ async fn report_failover(
                 VICTIM + 1,
                 (failover.reconnected_at - failover.announced_at).as_millis()
             );
-            println!(
-                "           the promoted replica sits out the vote for {} s: it may have missed the last grants",
-                QUARANTINE.as_secs()
-            );
+            true
         }
-        None => println!("           no failover seen before the end of the run"),
+        None => {
+            println!("           no failover seen before the end of the run");
+            false
+        }
     }
 }
 

@@ -102,6 +102,7 @@ pub enum LabCommand {
     },
     /// Start the dead nodes of GROUP (or of its --shard) again, empty (nothing is
     /// persisted); if none is dead, kill and restart its current master (the shard's primary).
+    /// An old master comes back as a replica of the group's current master.
     Restart {
         /// Group number, 1..N (1 is g1).
         group: usize,
@@ -313,6 +314,11 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 format!(
                     "no Sentinel watches it: g{group} stays down until `quorumlock lab restart {group}`"
                 )
+            } else if lab.spec().min_replicas_max_lag_s.is_some() && lab.spec().replicas == 1 {
+                format!(
+                    "Sentinel promotes its replica after {} ms of silence, which takes writes once it has a replica again: `quorumlock lab restart {group}` brings the old master back as one",
+                    lab.spec().down_after_ms
+                )
             } else {
                 format!(
                     "Sentinel promotes a replica after {} ms of silence",
@@ -349,7 +355,8 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
         }
         LabCommand::Restart { group, shard: None } => {
             let mut lab = Lab::open(dir)?;
-            let nodes = lab.restart(group_index(&lab, group)?).await?;
+            let index = group_index(&lab, group)?;
+            let nodes = lab.restart(index).await?;
             for node in nodes {
                 println!(
                     "restarted g{group} {} {} (PID {}), empty",
@@ -357,6 +364,21 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                     shown(&node),
                     node.pid
                 );
+            }
+            // An old master comes back as a master; Sentinel would make it a replica only
+            // some seconds later.
+            if lab.spec().sentinels > 0 {
+                match lab.rejoin(index).await {
+                    Ok(told) => {
+                        for node in told {
+                            println!(
+                                "{} now replicates from g{group}'s current master",
+                                shown(&node)
+                            );
+                        }
+                    }
+                    Err(error) => println!("left as it came back: {error}"),
+                }
             }
             Ok(())
         }

@@ -10,7 +10,8 @@ use std::time::Duration;
 use fred::types::Value;
 
 use crate::engine::clock::millis;
-use crate::engine::error::Error;
+use crate::engine::error::{AdmitRefusal, Error};
+use crate::engine::health::{WriteSettings, read_write_settings};
 use crate::engine::locks::{Engine, Locks};
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
@@ -31,13 +32,89 @@ pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
 pub struct AdmitOptions {
     /// Group names; empty: every group.
     pub groups: Vec<String>,
-    /// The policy to admit under (a larger one already in force stays).
-    pub policy: Policy,
+    /// The longest TTL the masters grant (a larger one already in force stays).
+    pub max_ttl_ms: u64,
+    /// The write window of an old master cut off from its replicas or its cluster. `None`:
+    /// computed for each group from what its masters run (`min-replicas-to-write`,
+    /// `min-replicas-max-lag`, `cluster-node-timeout`; a Cluster group's weakest primary).
+    /// A window below what a group's masters need is refused unless `allow_short_window`.
+    pub write_window_ms: Option<u64>,
     /// How long the masters sit out before they vote: zero for a brand-new deployment; the
     /// policy's quarantine for masters that may have missed grants.
     pub delay: Duration,
     /// Admit at once even a master that holds lock or fence keys.
     pub force: bool,
+    /// Accept a `write_window_ms` below what a group's masters need: an old master cut off
+    /// from its replicas may grant after the promoted one's quarantine ended.
+    pub allow_short_window: bool,
+    /// Admit a master with replicas and `min-replicas-to-write 0` (or
+    /// `min-replicas-max-lag 0`): cut off from its replicas it grants with no end.
+    pub allow_unreplicated_writes: bool,
+    /// Admit a group whose settings cannot be read, under the `write_window_ms` given
+    /// (required then).
+    pub allow_unread_settings: bool,
+}
+
+impl AdmitOptions {
+    /// Every group, under `max_ttl_ms` and the write window their masters need, at once, with
+    /// no escape taken.
+    pub fn new(max_ttl_ms: u64) -> Self {
+        AdmitOptions {
+            groups: Vec::new(),
+            max_ttl_ms,
+            write_window_ms: None,
+            delay: Duration::ZERO,
+            force: false,
+            allow_short_window: false,
+            allow_unreplicated_writes: false,
+            allow_unread_settings: false,
+        }
+    }
+
+    /// The write window to admit `group` under, from what its masters run (or why they
+    /// cannot be read), or the refusal.
+    fn window_for(
+        &self,
+        group: &str,
+        settings: Result<WriteSettings, String>,
+    ) -> Result<u64, AdmitRefusal> {
+        let settings = match (settings, self.write_window_ms) {
+            (Ok(settings), _) => settings,
+            (Err(_), Some(window)) if self.allow_unread_settings => return Ok(window),
+            (Err(reason), _) => {
+                return Err(AdmitRefusal::SettingsUnread {
+                    group: group.to_string(),
+                    reason,
+                });
+            }
+        };
+        if let Some(setting) = settings.unreplicated()
+            && !self.allow_unreplicated_writes
+        {
+            return Err(AdmitRefusal::UnreplicatedWrites {
+                group: group.to_string(),
+                setting,
+            });
+        }
+        let Some(window) = self.write_window_ms else {
+            return Ok(settings.needed_window_ms());
+        };
+        let short = settings
+            .bounds()
+            .into_iter()
+            .filter(|bound| bound.needed_ms > window)
+            .max_by_key(|bound| bound.needed_ms);
+        match short {
+            Some(bound) if !self.allow_short_window => Err(AdmitRefusal::ShortWindow {
+                group: group.to_string(),
+                setting: bound.setting,
+                value: bound.value,
+                needed_ms: bound.needed_ms,
+                window_ms: window,
+            }),
+            _ => Ok(window),
+        }
+    }
 }
 
 /// What [`Locks::admit`] did on one group.
@@ -59,6 +136,9 @@ pub struct GroupAdmission {
     /// Why the master was not admitted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The refusal, when the master's settings were the reason (`error` has its words).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<AdmitRefusal>,
 }
 
 /// Replicas that acknowledged a write, of those connected.
@@ -72,8 +152,11 @@ pub struct ReplicaAcks {
 const REPLICA_WAIT: Duration = Duration::from_secs(2);
 
 impl Locks {
-    /// Admits the masters of `options.groups` to the vote under at least `options.policy`,
-    /// after `options.delay`, and waits for their replicas to acknowledge the policy. For a
+    /// Admits the masters of `options.groups` to the vote under at least `options.max_ttl_ms`
+    /// and a write window that covers what each group's masters run (computed, or checked
+    /// when given: see [`AdmitOptions`]), after `options.delay`, and waits for their replicas
+    /// to acknowledge the policy. A group whose settings leave the window open, or cannot be
+    /// read, is refused with an [`AdmitRefusal`] unless its escape is taken. For a
     /// brand-new deployment, for raising the policy, and for masters that lost their data
     /// when too few groups hold a policy for them to adopt one: then the delay must cover
     /// every lease they may have missed (the policy's quarantine). An admission never
@@ -91,7 +174,7 @@ impl Locks {
                 ));
             }
         }
-        if options.policy.max_ttl_ms == 0 {
+        if options.max_ttl_ms == 0 {
             return Err(Error::invalid("max_ttl_ms", "must be above 0"));
         }
         let prefix = &engine.topology.key_prefix;
@@ -99,12 +182,6 @@ impl Locks {
         let keys = vec![
             admission_key(prefix).as_str().into(),
             policy_name.as_str().into(),
-        ];
-        let args = vec![
-            Value::from(options.policy.max_ttl_ms.to_string()),
-            Value::from(options.policy.write_window_ms.to_string()),
-            Value::from(millis(options.delay).to_string()),
-            Value::from(if options.force { "1" } else { "0" }),
         ];
         // A master without a policy, while other groups hold one, lost its data: it may be
         // admitted only after the largest policy's quarantine (or by force). Only when every
@@ -116,8 +193,6 @@ impl Locks {
             .iter()
             .filter(|answer| matches!(answer, PolicyAnswer::NoAnswer))
             .count();
-        let largest = held.iter().copied().fold(options.policy, Policy::merge);
-        let covered = millis(options.delay) >= largest.quarantine_ms();
         let none_held = held.is_empty();
         let brand_new = none_held && silent == 0;
         let lock_keys = format!("{prefix}:{{*");
@@ -126,7 +201,7 @@ impl Locks {
             .iter()
             .filter(|group| options.groups.is_empty() || options.groups.contains(&group.name));
         let admissions = chosen.map(|group| {
-            let (keys, args, lock_keys) = (keys.clone(), args.clone(), lock_keys.as_str());
+            let (keys, lock_keys, held) = (keys.clone(), lock_keys.as_str(), held.as_slice());
             let policy_name = policy_name.as_str();
             async move {
                 let refused = |error: String| GroupAdmission {
@@ -135,7 +210,32 @@ impl Locks {
                     votes_in_ms: None,
                     replicas: None,
                     error: Some(error),
+                    refusal: None,
                 };
+                // The window that covers what this group's masters run, from the reading
+                // `health` shows.
+                let settings = read_write_settings(group).await;
+                let write_window_ms = match options.window_for(&group.name, settings) {
+                    Ok(window) => window,
+                    Err(refusal) => {
+                        return GroupAdmission {
+                            refusal: Some(refusal.clone()),
+                            ..refused(refusal.to_string())
+                        };
+                    }
+                };
+                let asked = Policy {
+                    max_ttl_ms: options.max_ttl_ms,
+                    write_window_ms,
+                };
+                let largest = held.iter().copied().fold(asked, Policy::merge);
+                let covered = millis(options.delay) >= largest.quarantine_ms();
+                let args = vec![
+                    Value::from(asked.max_ttl_ms.to_string()),
+                    Value::from(asked.write_window_ms.to_string()),
+                    Value::from(millis(options.delay).to_string()),
+                    Value::from(if options.force { "1" } else { "0" }),
+                ];
                 if !options.force && !covered && !group_has_policy(group, policy_name).await {
                     if none_held && silent > 0 {
                         return refused(format!(
@@ -204,6 +304,7 @@ impl Locks {
                         connected,
                     }),
                     error: None,
+                    refusal: None,
                 }
             }
         });
@@ -269,7 +370,7 @@ fn group_policy(replies: &[Reply<Vec<Value>>]) -> PolicyAnswer {
 }
 
 /// A reply that is not an answer, in words.
-fn describe<T>(reply: &Reply<T>) -> String {
+pub(crate) fn describe<T>(reply: &Reply<T>) -> String {
     match reply {
         Reply::Answer(_) => "answered".to_string(),
         Reply::Timeout => "timeout".to_string(),
@@ -401,6 +502,134 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::health::ReplicaSetting;
+
+    fn settings(pairs: &[(&str, &str)], replicas: bool) -> Result<WriteSettings, String> {
+        let config: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        Ok(WriteSettings::read(&config, replicas))
+    }
+
+    const LAG_10: &[(&str, &str)] = &[
+        ("min-replicas-to-write", "1"),
+        ("min-replicas-max-lag", "10"),
+        ("cluster-enabled", "no"),
+    ];
+
+    #[test]
+    fn a_window_left_out_is_computed_from_the_weakest_setting_of_the_masters() {
+        let options = AdmitOptions::new(60_000);
+        assert_eq!(options.window_for("g1", settings(LAG_10, true)), Ok(12_000));
+        // Without replicas the lag bounds nothing.
+        assert_eq!(options.window_for("g1", settings(LAG_10, false)), Ok(0));
+        let cluster = [
+            ("min-replicas-to-write", "1"),
+            ("min-replicas-max-lag", "1"),
+            ("cluster-enabled", "yes"),
+            ("cluster-node-timeout", "15000"),
+        ];
+        assert_eq!(
+            options.window_for("g1", settings(&cluster, true)),
+            Ok(16_000)
+        );
+    }
+
+    #[test]
+    fn a_short_window_is_refused_naming_the_setting_unless_its_own_escape_is_taken() {
+        let short = AdmitOptions {
+            write_window_ms: Some(5_000),
+            ..AdmitOptions::new(60_000)
+        };
+        let refused = short.window_for("g2", settings(LAG_10, true));
+        assert_eq!(
+            refused,
+            Err(AdmitRefusal::ShortWindow {
+                group: "g2".into(),
+                setting: crate::engine::health::WindowSetting::MinReplicasMaxLag,
+                value: 10,
+                needed_ms: 12_000,
+                window_ms: 5_000,
+            })
+        );
+        let text = refused
+            .err()
+            .map(|refusal| refusal.to_string())
+            .unwrap_or_default();
+        assert!(text.starts_with("g2: min-replicas-max-lag 10 s"), "{text}");
+        let other_escapes = AdmitOptions {
+            allow_unreplicated_writes: true,
+            allow_unread_settings: true,
+            ..short.clone()
+        };
+        assert!(
+            other_escapes
+                .window_for("g2", settings(LAG_10, true))
+                .is_err()
+        );
+        let allowed = AdmitOptions {
+            allow_short_window: true,
+            ..short
+        };
+        assert_eq!(allowed.window_for("g2", settings(LAG_10, true)), Ok(5_000));
+    }
+
+    #[test]
+    fn replicas_that_writes_do_not_wait_for_are_refused_unless_their_own_escape_is_taken() {
+        let off = [
+            ("min-replicas-to-write", "0"),
+            ("min-replicas-max-lag", "10"),
+        ];
+        // A lag of 0 turns min-replicas-to-write off too.
+        let no_lag = [
+            ("min-replicas-to-write", "1"),
+            ("min-replicas-max-lag", "0"),
+        ];
+        for (pairs, setting) in [
+            (&off[..], ReplicaSetting::MinReplicasToWrite),
+            (&no_lag[..], ReplicaSetting::MinReplicasMaxLag),
+        ] {
+            let options = AdmitOptions {
+                write_window_ms: Some(60_000),
+                allow_short_window: true,
+                allow_unread_settings: true,
+                ..AdmitOptions::new(60_000)
+            };
+            assert_eq!(
+                options.window_for("g3", settings(pairs, true)),
+                Err(AdmitRefusal::UnreplicatedWrites {
+                    group: "g3".into(),
+                    setting
+                })
+            );
+            let allowed = AdmitOptions {
+                allow_unreplicated_writes: true,
+                ..options
+            };
+            assert_eq!(allowed.window_for("g3", settings(pairs, true)), Ok(60_000));
+        }
+    }
+
+    #[test]
+    fn unread_settings_are_refused_unless_allowed_with_a_window_of_the_operators() {
+        let unread = || Err("CONFIG GET: NOPERM".to_string());
+        let options = AdmitOptions::new(60_000);
+        assert!(matches!(
+            options.window_for("g4", unread()),
+            Err(AdmitRefusal::SettingsUnread { .. })
+        ));
+        let no_window = AdmitOptions {
+            allow_unread_settings: true,
+            ..options.clone()
+        };
+        assert!(no_window.window_for("g4", unread()).is_err());
+        let allowed = AdmitOptions {
+            write_window_ms: Some(12_000),
+            ..no_window
+        };
+        assert_eq!(allowed.window_for("g4", unread()), Ok(12_000));
+    }
 
     #[test]
     fn a_policy_reply_is_read_and_an_empty_one_is_none() {

@@ -1,6 +1,7 @@
 //! The library's error type: every failure says what happened and what to do next.
 
 use crate::config::ConfigError;
+use crate::engine::health::{ReplicaSetting, WindowSetting};
 use crate::engine::vote::{GroupVote, Vote, failed_group_names};
 use crate::group::SetupError;
 
@@ -100,6 +101,40 @@ pub enum Error {
         "the lease on `{resource}` was lost while the work ran ({reason}); the work was stopped and may be partly done: check what it wrote (fenced storage rejects writes under its fencing token once a later holder wrote), then acquire again"
     )]
     LeaseLost { resource: String, reason: String },
+}
+
+/// Why [`crate::Locks::admit`] left a group out before writing to its master: what the
+/// master runs does not bound the write window asked for, or could not be read. Each
+/// refusal has an escape of its own in [`crate::AdmitOptions`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize)]
+#[serde(tag = "refusal", rename_all = "snake_case")]
+pub enum AdmitRefusal {
+    /// The window asked for is below what a setting of the master needs.
+    #[error(
+        "{group}: {setting} {value} {} on its master lets a master cut off from its replicas or its cluster take writes for up to {needed_ms} ms, longer than the write window of {window_ms} ms asked for: leave --write-window-ms out to admit it under {needed_ms} ms, or accept the gap with --allow-short-window (health then flags it)",
+        if matches!(setting, WindowSetting::MinReplicasMaxLag) { "s" } else { "ms" }
+    )]
+    ShortWindow {
+        group: String,
+        setting: WindowSetting,
+        value: u64,
+        needed_ms: u64,
+        window_ms: u64,
+    },
+    /// The master has replicas but takes writes without them, so no window covers an old
+    /// master cut off from them.
+    #[error(
+        "{group}: its master has replicas and {setting} 0, so once cut off from them it goes on granting after Sentinel or the cluster promoted one, and no write window covers that: set min-replicas-to-write 1 and min-replicas-max-lag 10 on every data node of {group} (CONFIG SET, and in its config file), then admit it; or accept the risk with --allow-unreplicated-writes (health then flags it)"
+    )]
+    UnreplicatedWrites {
+        group: String,
+        setting: ReplicaSetting,
+    },
+    /// The settings that bound the write window could not be read.
+    #[error(
+        "{group}: cannot read the settings that bound its write window on its master ({reason}): check that the group is up (`quorumlock health`) and that its user may run CONFIG GET and INFO, then admit it; or admit it unchecked with --allow-unread-settings and a --write-window-ms that covers min-replicas-max-lag + 2 s (health then flags it)"
+    )]
+    SettingsUnread { group: String, reason: String },
 }
 
 impl From<SetupError> for Error {

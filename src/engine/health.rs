@@ -5,6 +5,7 @@
 use fred::types::{InfoKind, Value};
 use serde::Serialize;
 
+use crate::engine::admission::describe;
 use crate::engine::locks::Locks;
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
@@ -160,12 +161,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
             Vec::new()
         ),
         sentinel_views(group),
-        group.config(&[
-            "min-replicas-to-write",
-            "min-replicas-max-lag",
-            "cluster-enabled",
-            "cluster-node-timeout",
-        ]),
+        group.config(&WRITE_SETTINGS),
     );
     let (latency_ms, error) = match ping {
         Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
@@ -259,6 +255,174 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
 /// lost most of its cluster in its cron, ten times a second, and then refuses writes.
 const CLUSTER_WINDOW_MARGIN_MS: u64 = 1_000;
 
+/// The settings `health` and `admit` read on a group's master (a Cluster group answers the
+/// weakest value of any primary for each).
+pub(crate) const WRITE_SETTINGS: [&str; 4] = [
+    "min-replicas-to-write",
+    "min-replicas-max-lag",
+    "cluster-enabled",
+    "cluster-node-timeout",
+];
+
+/// A master setting that bounds how long an old master cut off from its replicas, or from
+/// most of its cluster, goes on taking writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WindowSetting {
+    #[serde(rename = "min-replicas-max-lag")]
+    MinReplicasMaxLag,
+    #[serde(rename = "cluster-node-timeout")]
+    ClusterNodeTimeout,
+}
+
+impl WindowSetting {
+    /// The name Redis gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WindowSetting::MinReplicasMaxLag => "min-replicas-max-lag",
+            WindowSetting::ClusterNodeTimeout => "cluster-node-timeout",
+        }
+    }
+
+    /// The unit of its value.
+    fn unit(self) -> &'static str {
+        match self {
+            WindowSetting::MinReplicasMaxLag => "s",
+            WindowSetting::ClusterNodeTimeout => "ms",
+        }
+    }
+}
+
+impl std::fmt::Display for WindowSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A master setting at 0 that lets a master with replicas take writes without them: Redis
+/// checks the replicas only when both `min-replicas-to-write` and `min-replicas-max-lag`
+/// are above 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum ReplicaSetting {
+    #[serde(rename = "min-replicas-to-write")]
+    MinReplicasToWrite,
+    #[serde(rename = "min-replicas-max-lag")]
+    MinReplicasMaxLag,
+}
+
+impl std::fmt::Display for ReplicaSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplicaSetting::MinReplicasToWrite => "min-replicas-to-write",
+            ReplicaSetting::MinReplicasMaxLag => "min-replicas-max-lag",
+        })
+    }
+}
+
+/// One setting that bounds the write window, its value, and the window it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowBound {
+    pub(crate) setting: WindowSetting,
+    pub(crate) value: u64,
+    pub(crate) needed_ms: u64,
+}
+
+/// What a group's master runs that decides how long it may take writes once cut off from
+/// its replicas or its cluster: read from `CONFIG GET` ([`WRITE_SETTINGS`]) and whether
+/// `INFO replication` lists replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteSettings {
+    pub(crate) replicas: bool,
+    min_replicas_to_write: Option<u64>,
+    min_replicas_max_lag_s: Option<u64>,
+    /// Only on a Cluster node.
+    cluster_node_timeout_ms: Option<u64>,
+}
+
+impl WriteSettings {
+    pub(crate) fn read(config: &[(String, String)], replicas: bool) -> Self {
+        let setting = |name: &str| {
+            config
+                .iter()
+                .find(|(key, _)| key == name)
+                .and_then(|(_, value)| value.parse::<u64>().ok())
+        };
+        let cluster = config
+            .iter()
+            .any(|(key, value)| key == "cluster-enabled" && value == "yes");
+        WriteSettings {
+            replicas,
+            min_replicas_to_write: setting("min-replicas-to-write"),
+            min_replicas_max_lag_s: setting("min-replicas-max-lag"),
+            cluster_node_timeout_ms: setting("cluster-node-timeout").filter(|_| cluster),
+        }
+    }
+
+    /// The setting at 0 that lets a master with replicas take writes without them, with no
+    /// end once Sentinel or the cluster promoted one.
+    pub(crate) fn unreplicated(&self) -> Option<ReplicaSetting> {
+        if !self.replicas {
+            return None;
+        }
+        match (self.min_replicas_to_write, self.min_replicas_max_lag_s) {
+            (Some(0), _) => Some(ReplicaSetting::MinReplicasToWrite),
+            (Some(_), Some(0)) => Some(ReplicaSetting::MinReplicasMaxLag),
+            _ => None,
+        }
+    }
+
+    /// Each setting that bounds the write window, with the window it needs.
+    pub(crate) fn bounds(&self) -> Vec<WindowBound> {
+        let mut bounds = Vec::new();
+        if let Some(timeout) = self.cluster_node_timeout_ms {
+            bounds.push(WindowBound {
+                setting: WindowSetting::ClusterNodeTimeout,
+                value: timeout,
+                needed_ms: timeout.saturating_add(CLUSTER_WINDOW_MARGIN_MS),
+            });
+        }
+        if let (true, None, Some(lag)) = (
+            self.replicas,
+            self.unreplicated(),
+            self.min_replicas_max_lag_s,
+        ) {
+            bounds.push(WindowBound {
+                setting: WindowSetting::MinReplicasMaxLag,
+                value: lag,
+                needed_ms: Policy::write_window_for(lag),
+            });
+        }
+        bounds
+    }
+
+    /// The smallest write window that covers every bound (0 for a master without replicas
+    /// outside a cluster).
+    pub(crate) fn needed_window_ms(&self) -> u64 {
+        self.bounds()
+            .iter()
+            .map(|bound| bound.needed_ms)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Reads a group's [`WriteSettings`] with the same `CONFIG GET` and `INFO replication` that
+/// `health` shows; the error says what could not be read.
+pub(crate) async fn read_write_settings(group: &Group) -> Result<WriteSettings, String> {
+    let (config, info) = tokio::join!(
+        group.config(&WRITE_SETTINGS),
+        group.info(InfoKind::Replication)
+    );
+    let config = match config {
+        Reply::Answer(config) => config,
+        other => return Err(format!("CONFIG GET: {}", describe(&other))),
+    };
+    let replicas = match info {
+        Reply::Answer(text) => !parse_replication(&text).1.is_empty(),
+        other => return Err(format!("INFO replication: {}", describe(&other))),
+    };
+    Ok(WriteSettings::read(&config, replicas))
+}
+
 /// The settings of a master that break an assumption of docs/safety.md.
 fn unsafe_settings(
     admission: &Admission,
@@ -272,46 +436,54 @@ fn unsafe_settings(
             "maxmemory-policy {maxmemory_policy} with maxmemory set may evict a live lock or fence: set maxmemory-policy noeviction (the master does not vote until then)"
         ));
     }
-    let Reply::Answer(config) = config else {
-        return found;
-    };
-    let setting = |name: &str| {
-        config
-            .iter()
-            .find(|(key, _)| key == name)
-            .and_then(|(_, value)| value.parse::<u64>().ok())
-    };
-    let cluster = config
-        .iter()
-        .any(|(key, value)| key == "cluster-enabled" && value == "yes");
-    if let (true, Some(timeout), Some(policy)) = (cluster, setting("cluster-node-timeout"), policy)
-    {
-        let needed = timeout.saturating_add(CLUSTER_WINDOW_MARGIN_MS);
-        if policy.write_window_ms < needed {
+    let config = match config {
+        Reply::Answer(config) => config,
+        // Refused (an ACL without CONFIG GET, say): nothing shows whether the write window
+        // is bounded. A group that does not answer shows as down instead.
+        Reply::Failed(reason) => {
             found.push(format!(
-                "cluster-node-timeout {timeout} ms lets a primary cut off from most of its cluster take writes for up to {needed} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed}`",
-                policy.write_window_ms
+                "cannot read {} ({reason}), so nothing shows how long a master cut off from its replicas takes writes: let this client run CONFIG GET, or check them by hand",
+                WRITE_SETTINGS.join(", ")
             ));
+            return found;
         }
-    }
-    if replicas.is_empty() {
-        return found;
-    }
-    match (setting("min-replicas-to-write"), setting("min-replicas-max-lag")) {
-        (Some(0), _) => found.push(
+        Reply::Timeout | Reply::NotSent(_) => return found,
+    };
+    let settings = WriteSettings::read(config, !replicas.is_empty());
+    match settings.unreplicated() {
+        Some(ReplicaSetting::MinReplicasToWrite) => found.push(
             "min-replicas-to-write is 0: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
                 .to_string(),
         ),
-        (Some(_), Some(lag)) => {
-            let needed = Policy::write_window_for(lag);
-            if let Some(policy) = policy.filter(|p| p.write_window_ms < needed) {
-                found.push(format!(
-                    "min-replicas-max-lag {lag} s lets an isolated master take writes for up to {needed} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed}`",
-                    policy.write_window_ms
-                ));
-            }
+        Some(ReplicaSetting::MinReplicasMaxLag) => found.push(
+            "min-replicas-max-lag is 0, which turns min-replicas-to-write off: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-max-lag 10"
+                .to_string(),
+        ),
+        None => {}
+    }
+    let Some(policy) = policy else {
+        return found;
+    };
+    for bound in settings.bounds() {
+        if policy.write_window_ms >= bound.needed_ms {
+            continue;
         }
-        _ => {}
+        let WindowBound {
+            setting,
+            value,
+            needed_ms,
+        } = bound;
+        let unit = setting.unit();
+        found.push(match setting {
+            WindowSetting::ClusterNodeTimeout => format!(
+                "{setting} {value} {unit} lets a primary cut off from most of its cluster take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
+                policy.write_window_ms
+            ),
+            WindowSetting::MinReplicasMaxLag => format!(
+                "{setting} {value} {unit} lets an isolated master take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
+                policy.write_window_ms
+            ),
+        });
     }
     found
 }

@@ -157,6 +157,9 @@ impl Locks {
         match outcome {
             Ok(output) => {
                 match released {
+                    Ok(released) if !released.released && released.groups_maybe_released() > 0 => {
+                        tracing::warn!(%resource, groups = released.groups_maybe_released(), "the lock was gone when the work finished, and whether the release or the lease's end removed it cannot be told");
+                    }
                     Ok(released) if !released.released => {
                         tracing::warn!(%resource, "the lease was no longer held when the work finished (expired or force-released since the last renewal)");
                     }

@@ -631,6 +631,10 @@ impl Lab {
         let locks = crate::Locks::connect(topology)
             .await
             .map_err(|error| failed(error.to_string()))?;
+        // The lab's own policy, which the engine checks against what the nodes run; a lab
+        // that opted out of min-replicas-to-write says so.
+        let spec = &self.state.spec;
+        let policy = spec.policy();
         // Forced: the lab knows its nodes are new, and a retry meets slots the last try
         // admitted. A loaded machine can have a node marked failing for a moment (the lab's
         // node timeout is short), and the cluster refuses scripts until it is back.
@@ -640,9 +644,10 @@ impl Lab {
             let admitted = locks
                 .admit(&crate::AdmitOptions {
                     groups: groups.clone(),
-                    policy: self.state.spec.policy(),
-                    delay: std::time::Duration::ZERO,
+                    write_window_ms: Some(policy.write_window_ms),
                     force: true,
+                    allow_unreplicated_writes: spec.min_replicas_max_lag_s.is_none(),
+                    ..crate::AdmitOptions::new(policy.max_ttl_ms)
                 })
                 .await;
             let refused: Vec<crate::GroupAdmission> = match admitted {

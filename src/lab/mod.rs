@@ -77,7 +77,7 @@ pub use cluster::{ClusterShape, MigrationReport};
 
 use certificates::{tls_settings, write_certificates};
 use confs::{Slot, consecutive_ports, group_name, layout, render_confs};
-use probe::{field_map, parse_master_addr, parse_role, ping, replica_link_up};
+use probe::{field_map, good_replicas, parse_master_addr, parse_role, ping, replica_link_up};
 use process::{
     ensure_free, exit_error, find_redis_server, free_ports, is_lab_process, is_relay_process,
     relay_exit_error, send_signal, spawn, spawn_relay,
@@ -264,7 +264,11 @@ pub struct LabSpec {
     pub max_ttl_ms: u64,
     /// With replicas: `min-replicas-to-write 1` and this `min-replicas-max-lag` (seconds) on
     /// every data node, so a master cut off from its replica stops taking writes within a
-    /// bounded window that the policy's quarantine covers. `None` leaves it unbounded.
+    /// bounded window that the policy's quarantine covers ([`LabSpec::new`]:
+    /// [`LAB_MIN_REPLICAS_MAX_LAG_S`]). A master whose replicas are all gone then refuses
+    /// writes (`NOREPLICAS`): a promoted replica takes writes once it has a replica again
+    /// ([`Lab::rejoin`]). `None` leaves the window unbounded, which `health` flags: for
+    /// labs that need that unsafe shape.
     #[serde(default)]
     pub min_replicas_max_lag_s: Option<u64>,
     /// A relay in front of every data node, so that links can be cut and slowed
@@ -283,12 +287,18 @@ pub struct LabSpec {
     pub cluster: Option<ClusterShape>,
 }
 
+/// The lab's `min-replicas-max-lag`: short, so the write window (and with it a promoted
+/// replica's quarantine) stays short, and a whole second above the replicas' once-a-second
+/// acknowledgements.
+pub const LAB_MIN_REPLICAS_MAX_LAG_S: u64 = 1;
+
 fn default_max_ttl_ms() -> u64 {
     crate::DEFAULT_MAX_TTL_MS
 }
 
 impl LabSpec {
-    /// Five groups, one replica each, three Sentinels, free ports, fast failure detection.
+    /// Five groups, one replica each, three Sentinels, free ports, fast failure detection,
+    /// and masters that stop taking writes within a second of losing their replica.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         LabSpec {
             groups: 5,
@@ -301,11 +311,17 @@ impl LabSpec {
             password: None,
             tls: false,
             max_ttl_ms: crate::DEFAULT_MAX_TTL_MS,
-            min_replicas_max_lag_s: None,
+            min_replicas_max_lag_s: Some(LAB_MIN_REPLICAS_MAX_LAG_S),
             links: false,
             binary: None,
             cluster: None,
         }
+    }
+
+    /// Whether its masters take writes only while a replica acknowledges them
+    /// (`min-replicas-to-write 1`).
+    fn writes_need_replica(&self) -> bool {
+        self.replicas > 0 && self.min_replicas_max_lag_s.is_some()
     }
 
     /// Shards per group: 1 unless the groups are Redis Clusters.
@@ -426,6 +442,12 @@ impl LabSpec {
                 }
                 Some(_) => {}
             }
+        }
+        if self.min_replicas_max_lag_s == Some(0) {
+            return invalid(
+                "min_replicas_max_lag_s must be above 0: Redis turns min-replicas-to-write off at a lag of 0 (leave it unset to opt out)"
+                    .into(),
+            );
         }
         if self.down_after_ms == 0 || self.failover_timeout_ms == 0 {
             return invalid("down_after_ms and failover_timeout_ms must be above 0".into());
@@ -682,6 +704,7 @@ impl Lab {
         let all: Vec<usize> = (0..lab.state.nodes.len()).collect();
         lab.wait_until(&all, Readiness::Serving, deadline).await?;
         lab.admit_masters().await?;
+        lab.wait_for_policy(deadline).await?;
         let config_path = lab.config_path();
         write_file(&config_path, &lab.topology().to_toml())?;
         Ok(lab)
@@ -736,6 +759,30 @@ impl Lab {
                 })?;
         }
         Ok(())
+    }
+
+    /// Waits until every replica holds the lock policy: a replica promoted before it arrived
+    /// would have none, and with `min-replicas-to-write` it could not adopt one either. A
+    /// replica that has just synced gets the stream from its first acknowledgement, up to a
+    /// second later.
+    async fn wait_for_policy(&mut self, deadline: Instant) -> Result<(), LabError> {
+        let policy_key = crate::engine::resource::policy_key(crate::config::DEFAULT_KEY_PREFIX);
+        let replicas: Vec<usize> = (0..self.state.nodes.len())
+            .filter(|&index| self.state.nodes[index].kind == NodeKind::Replica)
+            .collect();
+        self.poll_ready(&replicas, deadline, async |lab: &Lab| {
+            for &index in &replicas {
+                let record = &lab.state.nodes[index];
+                let args = ["EXISTS", policy_key.as_str()];
+                match resp::call(&lab.control, record.port, &args, CONTROL_TIMEOUT).await {
+                    Ok(reply) if reply.integer() == Some(1) => {}
+                    Ok(_) => return Some(format!("{} has no lock policy yet", record.name)),
+                    Err(reason) => return Some(format!("{}: {reason}", record.name)),
+                }
+            }
+            None
+        })
+        .await
     }
 
     /// Attaches to a lab started by an earlier process, from `<dir>/lab.json`. Dropping the
@@ -1044,6 +1091,41 @@ impl Lab {
         self.wait_until(dead, Readiness::Answers, Instant::now() + RESTART_TIMEOUT)
             .await?;
         Ok(dead.iter().map(|&index| self.node(index, group)).collect())
+    }
+
+    /// Makes every running data node of a Sentinel group that reports itself master, other
+    /// than the master the Sentinels name, a replica of that master, as Sentinel itself does
+    /// only some 8 to 18 s after an old master comes back. With `min-replicas-to-write` a
+    /// promoted replica takes writes only once it has a replica again, so after
+    /// [`Lab::kill`] and [`Lab::restart`] this brings the group back sooner. Returns the
+    /// nodes told to replicate.
+    pub async fn rejoin(&self, group: usize) -> Result<Vec<Node>, LabError> {
+        let master = self.master_index(group).await?;
+        let master_port = self.state.nodes[master].public_port().to_string();
+        let mut told = Vec::new();
+        for index in self.group_indexes(group).collect::<Vec<_>>() {
+            let record = &self.state.nodes[index];
+            if index == master || !self.is_running(index) {
+                continue;
+            }
+            let role = resp::call(&self.control, record.port, &["ROLE"], CONTROL_TIMEOUT)
+                .await
+                .ok()
+                .and_then(|reply| parse_role(&reply));
+            if !matches!(role, Some((ref role, _)) if role == "master") {
+                continue;
+            }
+            let args = ["REPLICAOF", "127.0.0.1", master_port.as_str()];
+            resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
+                .await
+                .map_err(|reason| LabError::Command {
+                    node: record.name.clone(),
+                    command: "REPLICAOF".to_string(),
+                    reason,
+                })?;
+            told.push(self.node(index, group));
+        }
+        Ok(told)
     }
 
     /// Every process with its liveness and current role; a data node of a lab with links
@@ -1463,9 +1545,12 @@ impl Lab {
                 }
             }
             let result = match (readiness, record.kind) {
-                (Readiness::Answers, _) | (Readiness::Serving, NodeKind::Master) => {
-                    ping(&self.control, record.port).await
+                (Readiness::Answers, _) => ping(&self.control, record.port).await,
+                // A master that needs a replica to take writes is serving once it has one.
+                (Readiness::Serving, NodeKind::Master) if self.state.spec.writes_need_replica() => {
+                    good_replicas(&self.control, record.port).await
                 }
+                (Readiness::Serving, NodeKind::Master) => ping(&self.control, record.port).await,
                 (Readiness::Serving, NodeKind::Replica) => {
                     replica_link_up(&self.control, record.port).await
                 }

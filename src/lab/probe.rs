@@ -1,6 +1,7 @@
 //! What the lab asks its nodes through the control client: whether a node answers, whether a
-//! replica's link to its master is up, and the parsing of `ROLE`, `SENTINEL MASTER` and
-//! `SENTINEL get-master-addr-by-name` replies.
+//! replica's link to its master is up, whether a master has a replica good enough to take
+//! writes, and the parsing of `ROLE`, `SENTINEL MASTER` and `SENTINEL get-master-addr-by-name`
+//! replies.
 
 use std::collections::HashMap;
 
@@ -24,6 +25,23 @@ pub(super) async fn replica_link_up(control: &resp::Control, port: u16) -> Resul
         Ok(())
     } else {
         Err("replication link to its master is not up yet".into())
+    }
+}
+
+/// Whether a master with `min-replicas-to-write` counts a replica good enough to take writes
+/// (`min_slaves_good_slaves` in `INFO replication`).
+pub(super) async fn good_replicas(control: &resp::Control, port: u16) -> Result<(), String> {
+    let reply = resp::call(control, port, &["INFO", "replication"], CONTROL_TIMEOUT).await?;
+    let info = reply.text().unwrap_or_default();
+    let good = info
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("min_slaves_good_slaves:"))
+        .and_then(|count| count.parse::<u64>().ok());
+    match good {
+        Some(count) if count > 0 => Ok(()),
+        _ => Err(
+            "no replica acknowledged it yet, so it refuses writes (min-replicas-to-write)".into(),
+        ),
     }
 }
 

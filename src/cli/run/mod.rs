@@ -370,8 +370,15 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 released.groups_released
             ),
         ),
+        Ok(released) if released.groups_maybe_released() > 0 => say.event(
+            json!({"event": "ended", "resource": resource, "exit_code": code, "released": false, "groups_maybe_released": released.groups_maybe_released()}),
+            format!(
+                "the command ended ({how}); {resource} is gone on {} groups, but whether this release or the lease's end removed it cannot be told",
+                released.groups_maybe_released()
+            ),
+        ),
         Ok(_) => say.event(
-            json!({"event": "ended", "resource": resource, "exit_code": code, "released": false}),
+            json!({"event": "ended", "resource": resource, "exit_code": code, "released": false, "groups_maybe_released": 0}),
             format!(
                 "the command ended ({how}); {resource} was no longer held by this lease (expired or force-released since its last renewal)"
             ),
