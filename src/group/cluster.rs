@@ -24,6 +24,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::Topology;
+use crate::engine::resource::admission_key;
 use crate::group::batch::{Answer, Batching, Call, LockScript};
 use crate::group::diagnose::Diagnosis;
 use crate::group::master::Master;
@@ -220,7 +221,8 @@ impl Cluster {
         self.stale.notify_one();
     }
 
-    /// Runs a lock call on the primary of its slot, with its keys moved into that slot.
+    /// Runs a lock call on the primary of its slot, with its keys moved into that slot. A
+    /// release carries the slot's admission marker last, for the slot's ledger.
     pub async fn call(&self, call: Call) -> Reply<Answer> {
         let Some(slot) = call.hash_slot else {
             return Reply::NotSent(NOT_ONE_SLOT);
@@ -228,12 +230,19 @@ impl Cluster {
         let Some(shard) = self.routed(slot) else {
             return Reply::NotSent(NO_OWNER);
         };
-        let args = match call.script {
-            LockScript::Release => announce_sharded(slot, &call.args, 2..call.args.len()).into(),
-            _ => call.args,
+        let (args, keys) = match call.script {
+            LockScript::Release => {
+                let mut keys = move_keys(slot, &call.keys);
+                keys.push(self.marker(slot));
+                (
+                    announce_sharded(slot, &call.args, 2..call.args.len()).into(),
+                    keys,
+                )
+            }
+            _ => (call.args, move_keys(slot, &call.keys)),
         };
         let call = Call {
-            keys: move_keys(slot, &call.keys).into(),
+            keys: keys.into(),
             args,
             ..call
         };
@@ -241,8 +250,15 @@ impl Cluster {
         self.redirected(reply)
     }
 
+    /// The admission marker of `slot`.
+    fn marker(&self, slot: HashSlot) -> Key {
+        let marker = admission_key(&self.builders.topology.key_prefix);
+        Key::from(slot.key(marker.as_bytes()).as_slice())
+    }
+
     /// Deletes the lock at `keys` whoever holds it (lua/force_release.lua), announced in its
-    /// slot: `args` are its release channel and the announcement.
+    /// slot: `args` are its release channel and the announcement. The slot's admission marker
+    /// goes last, for the slot's ledger.
     pub async fn force_release<R: FromValue>(
         &self,
         slot: HashSlot,
@@ -250,7 +266,13 @@ impl Cluster {
         args: &[Value],
     ) -> Reply<R> {
         let args = announce_sharded(slot, args, 0..1);
-        self.eval(slot, &scripts::FORCE_RELEASE, keys, args).await
+        let Some(shard) = self.routed(slot) else {
+            return Reply::NotSent(NO_OWNER);
+        };
+        let mut keys = move_keys(slot, keys);
+        keys.push(self.marker(slot));
+        let reply = shard.master.eval(&scripts::FORCE_RELEASE, keys, args).await;
+        self.redirected(reply)
     }
 
     /// Runs `script` on the primary of `slot`, with its keys moved into that slot.
