@@ -2,7 +2,8 @@
 //! source after some of its keys left (by hand, or with the target's primary killed) keeps
 //! its admission marker, whose ledger notices the missing lock or fence, so the slot sits
 //! out instead of granting the lock again. Nothing else puts a slot out: grants, renewals,
-//! releases, expiries and a whole migration keep the documented rule.
+//! releases, expiries and a whole migration keep the documented rule. A release whose slot
+//! moved reaches the new owner within its call timeout.
 
 mod common;
 
@@ -392,4 +393,47 @@ async fn grants_renewals_releases_expiries_and_a_whole_migration_put_no_slot_out
     fx.assert_every_slot_votes(&resources, "a whole migration of another slot")
         .await;
     held.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_its_slot_moved_reaches_the_new_owner_within_the_call_timeout() {
+    let fx = reshard_lab().await;
+    let resource = "r6";
+    let x = fx
+        .locks
+        .acquire(resource)
+        .ttl(LONG)
+        .await
+        .expect("X holds r6");
+    // g1's slot moves whole, keys and marker, and is handed over; the engine's map has not
+    // been read since.
+    let slot = key_slot(resource);
+    let slot_text = slot.to_string();
+    let (source, target) = fx.source_and_target(0, resource).await;
+    start_slot_move(source, target, slot).await;
+    let keys = array(source, &["CLUSTER", "GETKEYSINSLOT", &slot_text, "100"])
+        .await
+        .expect("the slot's keys");
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    migrate_keys(source, target, &keys).await;
+    let target_id = text(target, &["CLUSTER", "MYID"]).await.expect("node id");
+    for port in [target, source] {
+        assert_eq!(
+            call(
+                port,
+                &["CLUSTER", "SETSLOT", &slot_text, "NODE", &target_id]
+            )
+            .await,
+            Some(Reply::Text("OK".into()))
+        );
+    }
+    let released = x.release().await.expect("released");
+    let lock = cluster_key(resource, "lock");
+    assert_eq!(
+        call(target, &["EXISTS", &lock]).await,
+        Some(Reply::Integer(0)),
+        "the lock stays on g1's new owner until its TTL: {:?}",
+        released.votes
+    );
+    assert_eq!(released.groups_released, 3, "{:?}", released.votes);
 }
