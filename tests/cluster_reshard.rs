@@ -2,7 +2,8 @@
 //! source after some of its keys left (by hand, or with the target's primary killed) keeps
 //! its admission marker, whose ledger notices the missing lock or fence, so the slot sits
 //! out instead of granting the lock again. Nothing else puts a slot out: grants, renewals,
-//! releases, expiries and a whole migration keep the documented rule. A release whose slot
+//! releases, expiries and a whole migration keep the documented rule. Operators put a slot,
+//! a resource's slot or a whole group out with `Locks::quarantine`. A release whose slot
 //! moved reaches the new owner within its call timeout.
 
 mod common;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use common::resp::{Reply, array, call, key_slot, migrate_keys, start_slot_move, tag_of, text};
 use common::{connect, eventually, port_of, released_within, start_lab, temp_dir};
 use quorumlock::lab::{ClusterShape, Interruption, Lab, LabSpec, NodeKind};
-use quorumlock::{Error, GroupVote, Locks, Vote};
+use quorumlock::{AdmitOptions, Error, GroupVote, Locks, QuarantineScope, Vote};
 use tempfile::TempDir;
 
 const MS: Duration = Duration::from_millis(1);
@@ -393,6 +394,75 @@ async fn grants_renewals_releases_expiries_and_a_whole_migration_put_no_slot_out
     fx.assert_every_slot_votes(&resources, "a whole migration of another slot")
         .await;
     held.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quarantine_command_puts_a_slot_a_resource_or_a_group_out_and_never_shortens_one() {
+    let fx = reshard_lab().await;
+    let locks = &fx.locks;
+    let quarantine = fx.quarantine_ms as i64;
+    let near = |left: i64| left > quarantine - 10_000 && left <= quarantine;
+
+    let slot = key_slot("by-slot");
+    let out = locks
+        .quarantine("g1", &QuarantineScope::Slot(slot))
+        .await
+        .expect("quarantined");
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.quarantined, format!("slot {slot}"));
+    assert!(out.votes_in_ms.is_some_and(|ms| near(ms as i64)), "{out:?}");
+    assert!(near(fx.sits_out_ms(0, "by-slot").await));
+    assert!(fx.sits_out_ms(0, "other").await <= 0);
+
+    let out = locks
+        .quarantine("g2", &QuarantineScope::Resource("by-name".into()))
+        .await
+        .expect("quarantined");
+    assert_eq!(out.error, None, "{out:?}");
+    assert!(near(fx.sits_out_ms(1, "by-name").await));
+    assert!(fx.sits_out_ms(1, "other").await <= 0);
+
+    // g3 sits out three quarantines from an operator's admission: a quarantine of the whole
+    // group later keeps that.
+    let admitted = locks
+        .admit(&AdmitOptions {
+            groups: vec!["g3".into()],
+            policy: fx.lab.spec().policy(),
+            delay: Duration::from_millis(3 * fx.quarantine_ms),
+            force: false,
+        })
+        .await
+        .expect("admit answers");
+    assert_eq!(admitted[0].error, None, "{admitted:?}");
+    let out = locks
+        .quarantine("g3", &QuarantineScope::Group)
+        .await
+        .expect("quarantined");
+    assert_eq!(out.error, None, "{out:?}");
+    assert_eq!(out.quarantined, "every slot");
+    assert!(
+        out.votes_in_ms.is_some_and(|ms| ms as i64 > 2 * quarantine),
+        "the quarantine shortened an admission's delay: {out:?}"
+    );
+    for resource in ["by-slot", "by-name", "other"] {
+        assert!(fx.sits_out_ms(2, resource).await > 2 * quarantine);
+    }
+    // The slots left vote: g1 and g2 grant `other`.
+    let lease = locks.acquire("other").ttl(LONG).await.expect("granted");
+    assert!(matches!(
+        vote_of(lease.votes(), "g3"),
+        Vote::Quarantined { .. } | Vote::NotAwaited
+    ));
+    lease.release().await.expect("released");
+
+    match locks.quarantine("g1", &QuarantineScope::Slot(16_384)).await {
+        Err(Error::InvalidInput { field: "slot", .. }) => {}
+        other => panic!("slot 16384: {other:?}"),
+    }
+    match locks.quarantine("g9", &QuarantineScope::Group).await {
+        Err(Error::InvalidInput { field: "group", .. }) => {}
+        other => panic!("g9: {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
