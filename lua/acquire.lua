@@ -5,7 +5,8 @@
 --       admission marker and the policy
 -- ARGV: token, ttl_ms, fence proposal, owner record (JSON)
 -- Returns {1} granted | {0, pttl_ms, owner record, resource index} held by another token
---       | {2, stored_fence} | {3, quarantine_left_ms} | {4} unadmitted
+--       | {2, stored_fence} | {3, quarantine_left_ms} quarantined (or this slot just found
+--       it lost a lock or fence it granted: see the ledger in admission.lua) | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
 local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 if refused then
@@ -26,6 +27,9 @@ for lock = 1, #KEYS - 2, 2 do
   end
   local stored_text = redis.call('GET', KEYS[lock + 1])
   local stored = tonumber(stored_text or '0') or 0
+  if ledger_lost(KEYS[#KEYS - 1], KEYS[lock], holder, KEYS[lock + 1], stored) then
+    return slot_lost(KEYS[#KEYS - 1])
+  end
   -- Our own fence is a retried delivery of this very grant (or a member already granted to
   -- us in this round); anything else at or above the proposal is ahead of it.
   if stored > proposal or (stored == proposal and holder ~= ARGV[1]) then
@@ -41,5 +45,6 @@ local value = ARGV[1] .. '\n' .. ARGV[4]
 for lock = 1, #KEYS - 2, 2 do
   redis.call('SET', KEYS[lock], value, 'PX', ARGV[2])
   redis.call('SET', KEYS[lock + 1], ARGV[3], 'PX', fence_ttl)
+  ledger_note(KEYS[#KEYS - 1], KEYS[lock], KEYS[lock + 1], ARGV[3])
 end
 return {1}

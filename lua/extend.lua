@@ -5,7 +5,8 @@
 -- (holder.lua and admission.lua are prepended.)
 -- KEYS: the locks, then the permit counts, then the admission marker and the policy
 -- ARGV: token, ttl_ms, number of locks
--- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms} | {4} unadmitted
+-- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms} quarantined (or this slot
+--       just found it lost a lock it granted: see the ledger in admission.lua) | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
 local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
 if refused then
@@ -13,12 +14,17 @@ if refused then
 end
 local locks = tonumber(ARGV[3])
 for lock = 1, locks do
-  if holder_of(redis.call('GET', KEYS[lock])) ~= ARGV[1] then
+  local holder = holder_of(redis.call('GET', KEYS[lock]))
+  if holder ~= ARGV[1] then
+    if ledger_lost(KEYS[#KEYS - 1], KEYS[lock], holder) then
+      return slot_lost(KEYS[#KEYS - 1])
+    end
     return {0}
   end
 end
 for lock = 1, locks do
   redis.call('PEXPIRE', KEYS[lock], ARGV[2])
+  ledger_note(KEYS[#KEYS - 1], KEYS[lock])
 end
 -- The count lives as long as the fences (see acquire.lua).
 local fence_ttl = math.max(86400000, policy_max_ttl * 100)

@@ -28,6 +28,7 @@ local function grant(slot)
   redis.call('SET', KEYS[lock], ARGV[1] .. '\n' .. ARGV[4], 'PX', ARGV[2])
   redis.call('SET', KEYS[lock + 1], ARGV[3], 'PX', fence_ttl)
   redis.call('SET', KEYS[1], ARGV[5], 'PX', fence_ttl)
+  ledger_note(KEYS[#KEYS - 1], KEYS[lock], KEYS[lock + 1], ARGV[3])
   return {1, slot}
 end
 local free, soonest, soonest_record, ahead, ahead_text
@@ -37,6 +38,9 @@ for step = 0, permits - 1 do
   local holder, record = holder_of(redis.call('GET', KEYS[lock]))
   local stored_text = redis.call('GET', KEYS[lock + 1])
   local stored = tonumber(stored_text or '0') or 0
+  if ledger_lost(KEYS[#KEYS - 1], KEYS[lock], holder, KEYS[lock + 1], stored) then
+    return slot_lost(KEYS[#KEYS - 1])
+  end
   if holder == ARGV[1] then
     -- Ours from an earlier round of this attempt (under a lower fence), or a retried delivery
     -- of this very grant: the same slot again, never a second one.

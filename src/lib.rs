@@ -54,7 +54,9 @@ pub use config::{
     DEFAULT_KEY_PREFIX, DEFAULT_MAX_HOLD_MS, DEFAULT_MAX_TTL_MS, DEFAULT_REPLICA_ACK_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS, Endpoint, GroupConfig, TlsSettings, Topology,
 };
-pub use engine::admission::{AdmitOptions, GroupAdmission, ReplicaAcks};
+pub use engine::admission::{
+    AdmitOptions, GroupAdmission, GroupQuarantine, QuarantineScope, ReplicaAcks,
+};
 pub use engine::clock::Clock;
 pub use engine::error::{AdmitRefusal, Error, Holder};
 pub use engine::health::{

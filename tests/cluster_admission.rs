@@ -7,35 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::resp::{Reply, call, call_replica, key_slot, text};
+use common::resp::{Reply, call, call_replica, tag_of, text};
 use common::{connect, eventually, port_of, start_lab, temp_dir};
 use quorumlock::AdmitOptions;
 use quorumlock::lab::{ClusterShape, LabSpec, NodeKind};
 
 /// How long a raised policy may take to reach a replica on a busy machine.
 const REPLICATED_WITHIN: Duration = Duration::from_secs(10);
-
-/// The tag the engine puts in front of a key of `slot`: the first text of one to three
-/// alphanumerics, in this order, that hashes to it.
-fn tag_of(slot: u16) -> String {
-    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-    for length in 1..=3u32 {
-        for number in 0..ALPHABET.len().pow(length) {
-            let mut digits = Vec::new();
-            let mut rest = number;
-            for _ in 0..length {
-                digits.push(ALPHABET[rest % ALPHABET.len()]);
-                rest /= ALPHABET.len();
-            }
-            digits.reverse();
-            let tag = String::from_utf8(digits).expect("ascii");
-            if key_slot(&tag) == slot {
-                return tag;
-            }
-        }
-    }
-    panic!("no tag for slot {slot}")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replicating() {

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::group::slots::HashSlot;
 use crate::lab::relay::LinkClass;
-use crate::lab::{Lab, LabError};
+use crate::lab::{Interruption, Lab, LabError};
 
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -268,8 +268,10 @@ impl Injector {
                     return Ok(());
                 }
                 self.injected.migrate += 1;
-                // The slot's new primary sits out its quarantine for that slot.
-                self.down_until[group] = Instant::now() + self.quarantine;
+                // The slot's new primary sits out its quarantine for that slot; a slot closed
+                // back on its source after it lost keys sits out there.
+                self.down_until[group] =
+                    self.down_until[group].max(Instant::now() + self.quarantine);
             }
             (Fault::Migrate, None) => return Ok(()),
             (Fault::Kill, None) => {
@@ -347,7 +349,10 @@ impl Injector {
     }
 
     /// Moves the slot of a random resource of the run from the shard that serves it to
-    /// another shard of `group`. False when no shard answered which serves it (one is down).
+    /// another shard of `group`: whole, or broken off after one to three keys left (in
+    /// `CLUSTER GETKEYSINSLOT` order, as redis-cli moves them) and closed back on the
+    /// source, with or without the target's primary killed first. False when no shard
+    /// answered which serves it (one is down).
     async fn migrate(&mut self, lab: &mut Lab, group: usize) -> Result<bool, LabError> {
         let (Some(shards), Some(resource)) = (
             self.shards,
@@ -362,8 +367,35 @@ impl Injector {
         let Ok(from) = lab.shard_serving(group, slot).await else {
             return Ok(false);
         };
-        let to = (from + rand::thread_rng().gen_range(1..shards)) % shards;
-        let report = lab.migrate_slots(group, from, to, slot..=slot).await?;
+        let (to, ending, keys) = {
+            let mut rng = rand::thread_rng();
+            (
+                (from + rng.gen_range(1..shards)) % shards,
+                rng.gen_range(0..3u8),
+                rng.gen_range(1..=3usize),
+            )
+        };
+        let (report, how) = match ending {
+            0 => (
+                lab.migrate_slots(group, from, to, slot..=slot).await?,
+                "whole",
+            ),
+            1 => (
+                lab.interrupt_migration(group, from, to, slot, keys, Interruption::ClosedBack)
+                    .await?,
+                "broken off, closed back on the source",
+            ),
+            _ => {
+                let report = lab
+                    .interrupt_migration(group, from, to, slot, keys, Interruption::TargetKilled)
+                    .await?;
+                self.later(group, Instant::now() + FAILOVER_ALLOWANCE, Recovery::Revive);
+                (
+                    report,
+                    "broken off, target killed, closed back on the source",
+                )
+            }
+        };
         tracing::info!(
             group,
             resource,
@@ -371,6 +403,7 @@ impl Injector {
             from,
             to,
             keys = report.keys,
+            how,
             "chaos: slot migrated"
         );
         Ok(true)

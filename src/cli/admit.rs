@@ -130,9 +130,9 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
 }
 
 /// Asks on the terminal; without one, `--yes` is required.
-fn confirm(question: &str) -> anyhow::Result<bool> {
+pub(super) fn confirm(question: &str) -> anyhow::Result<bool> {
     if !std::io::stdin().is_terminal() {
-        anyhow::bail!("admit changes who may vote: confirm with --yes (no terminal to ask on)");
+        anyhow::bail!("this changes who may vote: confirm with --yes (no terminal to ask on)");
     }
     eprint!("{question}");
     std::io::stderr().flush()?;

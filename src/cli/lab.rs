@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clap::Subcommand;
+use clap::{Subcommand, ValueEnum};
 
 use super::output;
 use crate::Error;
 use crate::lab::relay::{self, LinkClass};
-use crate::lab::{ClusterShape, Lab, LabSpec, Node, NodeStatus};
+use crate::lab::{ClusterShape, Interruption, Lab, LabSpec, Node, NodeStatus};
 
 /// `quorumlock lab ...`; group numbers on the command line count from 1 (`g1`).
 #[derive(Debug, Clone, Subcommand)]
@@ -111,9 +111,12 @@ pub enum LabCommand {
         shard: Option<usize>,
     },
     /// Move a range of slots of a Cluster group from one shard's primary to another's, keys
-    /// and all (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT NODE).
-    #[command(after_help = "Example:
-  quorumlock lab migrate 2 --slots 0-99 --from 1 --to 2   # g2: slots 0..99 from s1 to s2")]
+    /// and all (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches, SETSLOT NODE); or break one
+    /// slot's move off after some keys left, the ways a reshard breaks.
+    #[command(after_help = "Examples:
+  quorumlock lab migrate 2 --slots 0-99 --from 1 --to 2   # g2: slots 0..99 from s1 to s2
+  quorumlock lab migrate 1 --slots 42 --from 1 --to 2 --stop-after-keys 2 --then closed-back
+  quorumlock lab migrate 1 --slots 42 --from 1 --to 2 --stop-after-keys 2 --then target-killed")]
     Migrate {
         /// Group number, 1..N (1 is g1).
         group: usize,
@@ -126,6 +129,14 @@ pub enum LabCommand {
         /// Shard number that serves them afterwards, 1..S.
         #[arg(long)]
         to: usize,
+        /// Break the move of one slot off after this many keys left, in the order CLUSTER
+        /// GETKEYSINSLOT lists them (newest first, as redis-cli moves them).
+        #[arg(long, requires = "then")]
+        stop_after_keys: Option<usize>,
+        /// How a broken-off move ends: the slot closed back on its source, or the target's
+        /// primary killed first and then the slot closed back.
+        #[arg(long, value_enum, requires = "stop_after_keys")]
+        then: Option<BreakOff>,
     },
     /// Cut links of the current master of GROUP at its relay (lab started with --links): the
     /// links stay open but carry nothing, as in a network partition, until `lab heal`.
@@ -287,6 +298,46 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             slots,
             from,
             to,
+            stop_after_keys: Some(keys),
+            then: Some(then),
+        } => {
+            let mut lab = Lab::open(dir)?;
+            let (index, from_index) = shard_index(&lab, group, from)?;
+            let (_, to_index) = shard_index(&lab, group, to)?;
+            if slots.first != slots.last {
+                anyhow::bail!(
+                    "--stop-after-keys breaks off the move of one slot: give --slots one slot, not {}-{}",
+                    slots.first,
+                    slots.last
+                );
+            }
+            let interruption = match then {
+                BreakOff::ClosedBack => Interruption::ClosedBack,
+                BreakOff::TargetKilled => Interruption::TargetKilled,
+            };
+            let report = lab
+                .interrupt_migration(index, from_index, to_index, slots.first, keys, interruption)
+                .await?;
+            println!(
+                "moved {} keys of slot {} of g{group} from s{from} ({}) to s{to} ({}), then {}; s{from} serves the slot again. Quarantine it unless it may not have lost a key: quorumlock quarantine --group g{group} --slot {}",
+                report.keys,
+                slots.first,
+                shown(&report.from),
+                shown(&report.to),
+                match then {
+                    BreakOff::ClosedBack => "closed the slot back on the source",
+                    BreakOff::TargetKilled => "killed the target and closed the slot back",
+                },
+                slots.first
+            );
+            Ok(())
+        }
+        LabCommand::Migrate {
+            group,
+            slots,
+            from,
+            to,
+            ..
         } => {
             let mut lab = Lab::open(dir)?;
             let (index, from_index) = shard_index(&lab, group, from)?;
@@ -663,4 +714,13 @@ fn table(nodes: &[NodeStatus]) -> String {
         "ROLE"
     };
     output::table(["GROUP", "KIND", "PORT", "PID", "STATE", last], rows)
+}
+
+/// How `lab migrate --stop-after-keys` ends the move it breaks off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BreakOff {
+    /// `CLUSTER SETSLOT <slot> STABLE` on both sides, as `redis-cli --cluster fix` does.
+    ClosedBack,
+    /// SIGKILL the target's primary, then close the slot back on the source.
+    TargetKilled,
 }

@@ -9,6 +9,7 @@ mod health;
 pub mod lab;
 mod locks;
 mod output;
+mod quarantine;
 mod run;
 pub mod serve;
 
@@ -133,6 +134,9 @@ enum Command {
     /// Give the masters the lock policy and admit them to the vote (a new deployment, a
     /// raised policy, or masters that lost their data).
     Admit(admit::AdmitArgs),
+    /// Put a master, or a Cluster slot, back in quarantine: after a reshard closed a slot
+    /// back on its source, or keys were restored by hand.
+    Quarantine(quarantine::QuarantineArgs),
     /// Each group's state: master, Sentinels, replicas and lag, latency, quarantine.
     Health,
     /// A live view of one lock, or of all locks, refreshed until Ctrl-C.
@@ -260,6 +264,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Admit(args) => {
             cli.with_locks(async |l| admit::run(l, args, json).await)
+                .await
+        }
+        Command::Quarantine(args) => {
+            cli.with_locks(async |l| quarantine::run(l, args, json).await)
                 .await
         }
         Command::Watch(args) => {

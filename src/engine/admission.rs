@@ -1,5 +1,6 @@
 //! Admission to the vote: a master that lost its data adopts the lock policy of a majority
-//! of groups, and operators admit brand-new masters or raise the policy.
+//! of groups, operators admit brand-new masters or raise the policy, and put a master or a
+//! Cluster slot back in quarantine when it may have lost keys the engine cannot see.
 //!
 //! The rule itself runs on the masters (`lua/admission.lua`); this side only fills in a
 //! policy that a master lost, from what a majority of groups hold (`Policy::adopt`).
@@ -17,7 +18,8 @@ use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
 use crate::group::cluster::Every;
 use crate::group::reply::{Reply, integer};
-use crate::group::scripts::GroupScript;
+use crate::group::scripts::{self, GroupScript};
+use crate::group::slots::{HashSlot, SLOTS};
 
 /// A policy as `lua/policy.lua` answers it: `{max_ttl_ms, write_window_ms}`, or `{}`.
 pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
@@ -146,6 +148,39 @@ pub struct GroupAdmission {
 pub struct ReplicaAcks {
     pub acknowledged: u64,
     pub connected: u64,
+}
+
+/// What [`Locks::quarantine`] puts back in quarantine on one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuarantineScope {
+    /// The whole group: its master, or every slot of a Cluster group.
+    Group,
+    /// One hash slot of a Cluster group (0 to 16383); a Sentinel group's master.
+    Slot(u16),
+    /// The slot of one resource in a Cluster group; a Sentinel group's master.
+    Resource(String),
+}
+
+/// What [`Locks::quarantine`] did on one group.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GroupQuarantine {
+    pub group: String,
+    /// What sits out: `master`, `slot <n>`, or `every slot`.
+    pub quarantined: String,
+    /// Milliseconds until it votes again (the longest over its slots): at least the
+    /// policy's quarantine, longer when one in progress outlasts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub votes_in_ms: Option<u64>,
+    /// Slots (or the master) with no lock policy: they do not vote anyway.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub without_policy: usize,
+    /// Why it was not (wholly) quarantined, and what to do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// How long an admission waits for the replicas to acknowledge the policy.
@@ -309,6 +344,111 @@ impl Locks {
             }
         });
         Ok(futures::future::join_all(admissions).await)
+    }
+}
+
+impl Locks {
+    /// Puts `scope` of group `group` back in quarantine (lua/quarantine.lua): it sits out
+    /// max_ttl_ms + write_window_ms from now, as a promoted master does, and a quarantine in
+    /// progress is never shortened. For losses the engine cannot see: a Cluster slot closed
+    /// back on its source after some keys left it, keys restored by hand (see
+    /// docs/operations.md). On a Sentinel group the master sits out whatever the scope.
+    pub async fn quarantine(
+        &self,
+        group: &str,
+        scope: &QuarantineScope,
+    ) -> Result<GroupQuarantine, Error> {
+        let engine = &self.engine;
+        let Some(chosen) = engine.groups.iter().find(|g| g.name == group) else {
+            return Err(Error::invalid(
+                "group",
+                format!("`{group}` is not a group of this topology"),
+            ));
+        };
+        let prefix = &engine.topology.key_prefix;
+        let keys = vec![
+            admission_key(prefix).as_str().into(),
+            policy_key(prefix).as_str().into(),
+        ];
+        let slot = match scope {
+            QuarantineScope::Group => None,
+            QuarantineScope::Slot(index) => Some(HashSlot::new(*index).ok_or_else(|| {
+                Error::invalid(
+                    "slot",
+                    format!(
+                        "{index} is not a hash slot: pick one from 0 to {}",
+                        SLOTS - 1
+                    ),
+                )
+            })?),
+            QuarantineScope::Resource(resource) => {
+                crate::engine::resource::validate_resource(resource)?;
+                Some(HashSlot::of_resource(resource))
+            }
+        };
+        let (quarantined, replies) = match (chosen.is_cluster(), slot) {
+            (true, Some(slot)) => (
+                format!("slot {}", slot.index()),
+                vec![
+                    chosen
+                        .eval::<Vec<Value>>(slot, &scripts::QUARANTINE, keys, Vec::new())
+                        .await,
+                ],
+            ),
+            (true, None) => (
+                "every slot".to_string(),
+                chosen
+                    .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Quarantine, keys, vec![])
+                    .await,
+            ),
+            (false, _) => (
+                "master".to_string(),
+                chosen
+                    .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Quarantine, keys, vec![])
+                    .await,
+            ),
+        };
+        let mut outcome = GroupQuarantine {
+            group: chosen.name.clone(),
+            quarantined,
+            votes_in_ms: None,
+            without_policy: 0,
+            error: None,
+        };
+        let mut failed = 0;
+        let mut first_failure = None;
+        for reply in &replies {
+            match reply {
+                Reply::Answer(values) if integer(values.first()) == Some(1) => {
+                    let left = integer(values.get(1)).unwrap_or(0);
+                    outcome.votes_in_ms = Some(outcome.votes_in_ms.map_or(left, |l| l.max(left)));
+                }
+                Reply::Answer(values) if integer(values.first()) == Some(0) => {
+                    outcome.without_policy += 1;
+                }
+                other => {
+                    failed += 1;
+                    first_failure.get_or_insert_with(|| match other {
+                        Reply::Answer(values) => format!("unexpected reply {values:?}"),
+                        other => describe(other),
+                    });
+                }
+            }
+        }
+        if let Some(why) = first_failure {
+            outcome.error = Some(format!(
+                "{failed} of {} runs failed (first: {why}). A slot whose marker or policy already left for another node sits out by itself once closed back here (no marker, or no policy); otherwise run the quarantine again before the slot votes",
+                replies.len()
+            ));
+        }
+        tracing::warn!(
+            group = outcome.group,
+            quarantined = outcome.quarantined,
+            votes_in_ms = outcome.votes_in_ms,
+            failed,
+            "an operator put part of a group back in quarantine"
+        );
+        Ok(outcome)
     }
 }
 

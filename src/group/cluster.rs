@@ -5,14 +5,17 @@
 //! plain [`Master`], and a call goes to the primary that owns its resource's slot, with every
 //! key moved into that slot (see [`HashSlot::key`]). A `MOVED`, `ASK`, `TRYAGAIN` or
 //! `CLUSTERDOWN` answer means the script did not run: the call is "not sent", never counted,
-//! and the map is read again at once. The map is also read every [`REFRESH_INTERVAL`], and
-//! after any call that timed out or failed, so a failover is seen without waiting for a call
-//! to be refused.
+//! and the map is read again at once; the call waits for that read and goes to the primary
+//! it names, as long as its own call timeout lasts, so a release or renewal reaches a slot
+//! that moved instead of being redirected until its lock expires. The map is also read every
+//! [`REFRESH_INTERVAL`], and after any call that timed out or failed, so a failover is seen
+//! without waiting for a call to be refused.
 //!
 //! Releases are announced with sharded pub/sub: on a channel moved into the resource's slot,
 //! heard by the subscribers of that slot's primary only (see [`crate::group::sharded`]).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -24,6 +27,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::Topology;
+use crate::engine::resource::admission_key;
 use crate::group::batch::{Answer, Batching, Call, LockScript};
 use crate::group::diagnose::Diagnosis;
 use crate::group::master::Master;
@@ -90,6 +94,9 @@ pub(crate) struct Cluster {
     stale: Arc<Notify>,
     /// Counts the changes of the map, for the release subscribers to follow them.
     changes: Arc<watch::Sender<u64>>,
+    /// Counts the completed reads of the map, changed or not, for redirected calls to wait
+    /// for the next one.
+    reads: Arc<watch::Sender<u64>>,
     refresher: Mutex<Option<AbortOnDropHandle<()>>>,
 }
 
@@ -150,6 +157,7 @@ impl Cluster {
             map: Arc::default(),
             stale: Arc::new(Notify::new()),
             changes: Arc::new(watch::Sender::new(0)),
+            reads: Arc::new(watch::Sender::new(0)),
             refresher: Mutex::new(None),
         }
     }
@@ -158,11 +166,13 @@ impl Cluster {
     /// keeps it current. Whether a map was read.
     pub async fn start(&self) -> bool {
         let read = refresh(&self.builders, &self.map, &self.changes, Seeds::Always).await;
+        self.reads.send_modify(|count| *count += 1);
         let task = tokio::spawn(keep_current(
             self.builders.clone(),
             self.map.clone(),
             self.stale.clone(),
             self.changes.clone(),
+            self.reads.clone(),
         ));
         if let Ok(mut refresher) = self.refresher.lock() {
             *refresher = Some(AbortOnDropHandle::new(task));
@@ -220,29 +230,44 @@ impl Cluster {
         self.stale.notify_one();
     }
 
-    /// Runs a lock call on the primary of its slot, with its keys moved into that slot.
+    /// Runs a lock call on the primary of its slot, with its keys moved into that slot. A
+    /// release carries the slot's admission marker last, for the slot's ledger.
     pub async fn call(&self, call: Call) -> Reply<Answer> {
         let Some(slot) = call.hash_slot else {
             return Reply::NotSent(NOT_ONE_SLOT);
         };
-        let Some(shard) = self.routed(slot) else {
-            return Reply::NotSent(NO_OWNER);
-        };
-        let args = match call.script {
-            LockScript::Release => announce_sharded(slot, &call.args, 2..call.args.len()).into(),
-            _ => call.args,
+        let (args, keys) = match call.script {
+            LockScript::Release => {
+                let mut keys = move_keys(slot, &call.keys);
+                keys.push(self.marker(slot));
+                (
+                    announce_sharded(slot, &call.args, 2..call.args.len()).into(),
+                    keys,
+                )
+            }
+            _ => (call.args, move_keys(slot, &call.keys)),
         };
         let call = Call {
-            keys: move_keys(slot, &call.keys).into(),
+            keys: keys.into(),
             args,
             ..call
         };
-        let reply = shard.master.call(call).await;
-        self.redirected(reply)
+        self.resend(slot, |shard| {
+            let call = call.clone();
+            async move { shard.master.call(call).await }
+        })
+        .await
+    }
+
+    /// The admission marker of `slot`.
+    fn marker(&self, slot: HashSlot) -> Key {
+        let marker = admission_key(&self.builders.topology.key_prefix);
+        Key::from(slot.key(marker.as_bytes()).as_slice())
     }
 
     /// Deletes the lock at `keys` whoever holds it (lua/force_release.lua), announced in its
-    /// slot: `args` are its release channel and the announcement.
+    /// slot: `args` are its release channel and the announcement. The slot's admission marker
+    /// goes last, for the slot's ledger.
     pub async fn force_release<R: FromValue>(
         &self,
         slot: HashSlot,
@@ -250,7 +275,13 @@ impl Cluster {
         args: &[Value],
     ) -> Reply<R> {
         let args = announce_sharded(slot, args, 0..1);
-        self.eval(slot, &scripts::FORCE_RELEASE, keys, args).await
+        let mut keys = move_keys(slot, keys);
+        keys.push(self.marker(slot));
+        self.resend(slot, |shard| {
+            let (keys, args) = (keys.clone(), args.clone());
+            async move { shard.master.eval(&scripts::FORCE_RELEASE, keys, args).await }
+        })
+        .await
     }
 
     /// Runs `script` on the primary of `slot`, with its keys moved into that slot.
@@ -261,11 +292,49 @@ impl Cluster {
         keys: &[Key],
         args: Vec<Value>,
     ) -> Reply<R> {
-        let Some(shard) = self.routed(slot) else {
-            return Reply::NotSent(NO_OWNER);
-        };
-        let reply = shard.master.eval(script, move_keys(slot, keys), args).await;
-        self.redirected(reply)
+        let keys = move_keys(slot, keys);
+        self.resend(slot, |shard| {
+            let (keys, args) = (keys.clone(), args.clone());
+            async move { shard.master.eval(script, keys, args).await }
+        })
+        .await
+    }
+
+    /// Sends a call with `send` to the primary of `slot`; when the cluster redirects it, or
+    /// the map names no primary for the slot, waits for the next read of the map and sends it
+    /// again where that map says, until the call timeout from now has passed. A redirected
+    /// call did not run, so sending it again is safe; without the wait, a retry goes to the
+    /// old owner again before the map is read, and a release leaves its lock to its TTL.
+    async fn resend<T, F, Fut>(&self, slot: HashSlot, send: F) -> Reply<T>
+    where
+        F: Fn(Arc<Shard>) -> Fut,
+        Fut: Future<Output = Reply<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.builders.topology.call_timeout();
+        let mut first = true;
+        loop {
+            // Subscribed before the call goes out: a read that ends after the redirect
+            // wakes the wait below.
+            let mut reads = self.reads.subscribe();
+            let reply = match self.routed(slot) {
+                Some(shard) if first => self.redirected(send(shard).await),
+                // A resend is bounded by what is left of the first call's timeout.
+                Some(shard) => match tokio::time::timeout_at(deadline, send(shard)).await {
+                    Ok(reply) => self.redirected(reply),
+                    Err(_) => return Reply::Timeout,
+                },
+                None => Reply::NotSent(NO_OWNER),
+            };
+            first = false;
+            let again = matches!(reply, Reply::NotSent(reason) if reason == REDIRECTED || reason == NO_OWNER);
+            if !again {
+                return reply;
+            }
+            match tokio::time::timeout_at(deadline, reads.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return reply,
+            }
+        }
     }
 
     /// Runs a group-wide script in every slot (one call per primary, over the slots the map
@@ -634,6 +703,7 @@ async fn keep_current(
     map: Arc<RwLock<Arc<SlotMap>>>,
     stale: Arc<Notify>,
     changes: Arc<watch::Sender<u64>>,
+    reads: Arc<watch::Sender<u64>>,
 ) {
     for round in 1_u64.. {
         let _ = tokio::time::timeout(REFRESH_INTERVAL, stale.notified()).await;
@@ -643,6 +713,7 @@ async fn keep_current(
             Seeds::WhenNoPrimaryIsUp
         };
         refresh(&builders, &map, &changes, seeds).await;
+        reads.send_modify(|count| *count += 1);
         tokio::time::sleep(REFRESH_SPACING).await;
     }
 }

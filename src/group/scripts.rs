@@ -88,6 +88,14 @@ pub(crate) static LIST_SLOTS: LazyLock<Script> =
 pub(crate) static POLICY: LazyLock<Script> =
     LazyLock::new(|| Script::from_lua(include_str!("../../lua/policy.lua")));
 
+/// Puts a master, or a Cluster slot, back in quarantine (operators).
+pub(crate) static QUARANTINE: LazyLock<Script> = LazyLock::new(|| {
+    Script::from_lua(concat!(
+        include_str!("../../lua/info.lua"),
+        include_str!("../../lua/quarantine.lua")
+    ))
+});
+
 /// Read-only view of a master's admission, for health reports.
 pub(crate) static ADMISSION_STATE: LazyLock<Script> = LazyLock::new(|| {
     Script::from_lua(concat!(
@@ -105,6 +113,7 @@ pub(crate) enum GroupScript {
     Adopt,
     Policy,
     AdmissionState,
+    Quarantine,
 }
 
 /// `lua/each_slot.lua` around the script made of `parts`, as the function `RUN`.
@@ -126,6 +135,8 @@ static ADOPT_EACH_SLOT: LazyLock<Script> = each_slot!("../../lua/info.lua", "../
 static POLICY_EACH_SLOT: LazyLock<Script> = each_slot!("../../lua/policy.lua");
 static ADMISSION_STATE_EACH_SLOT: LazyLock<Script> =
     each_slot!("../../lua/info.lua", "../../lua/admission_state.lua");
+static QUARANTINE_EACH_SLOT: LazyLock<Script> =
+    each_slot!("../../lua/info.lua", "../../lua/quarantine.lua");
 
 impl GroupScript {
     /// The script as one master runs it.
@@ -135,6 +146,7 @@ impl GroupScript {
             GroupScript::Adopt => &ADOPT,
             GroupScript::Policy => &POLICY,
             GroupScript::AdmissionState => &ADMISSION_STATE,
+            GroupScript::Quarantine => &QUARANTINE,
         }
     }
 
@@ -145,13 +157,14 @@ impl GroupScript {
             GroupScript::Adopt => &ADOPT_EACH_SLOT,
             GroupScript::Policy => &POLICY_EACH_SLOT,
             GroupScript::AdmissionState => &ADMISSION_STATE_EACH_SLOT,
+            GroupScript::Quarantine => &QUARANTINE_EACH_SLOT,
         }
     }
 }
 
 /// Every script the engine runs by SHA, to load onto a master before its first lock call:
 /// a NOSCRIPT round trip on the hot path would delay that group past the vote.
-pub(crate) fn all() -> [&'static Script; 16] {
+pub(crate) fn all() -> [&'static Script; 18] {
     [
         &ACQUIRE,
         &PERMIT,
@@ -169,6 +182,8 @@ pub(crate) fn all() -> [&'static Script; 16] {
         &POLICY_EACH_SLOT,
         &ADMISSION_STATE_EACH_SLOT,
         &LIST_SLOTS,
+        &QUARANTINE,
+        &QUARANTINE_EACH_SLOT,
     ]
 }
 

@@ -1,7 +1,8 @@
 //! Cluster labs, where each group is a Redis Cluster: forming the clusters (node IDs, slots,
 //! `CLUSTER MEET`, `CLUSTER REPLICATE`, and the wait until every node agrees), finding a
 //! shard's current primary and addressing it for kill, freeze and restart, moving slots from
-//! one shard to another, and naming each group's seed nodes for clients.
+//! one shard to another (whole, or interrupted partway the ways a reshard breaks), and naming
+//! each group's seed nodes for clients.
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
@@ -37,17 +38,29 @@ impl ClusterShape {
     }
 }
 
-/// What [`Lab::migrate_slots`] did.
+/// What [`Lab::migrate_slots`] or [`Lab::interrupt_migration`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct MigrationReport {
     /// The primary the slots left.
     pub from: Node,
     /// The primary that serves them now.
     pub to: Node,
-    /// Slots moved.
+    /// Slots moved (or, interrupted, whose move was broken off).
     pub slots: usize,
-    /// Keys moved with them.
+    /// Keys moved to the target.
     pub keys: usize,
+}
+
+/// How [`Lab::interrupt_migration`] breaks off a slot's migration once some keys moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Interruption {
+    /// The slot is closed back on its source (`CLUSTER SETSLOT <slot> STABLE` on both sides),
+    /// as `redis-cli --cluster fix` does with an open slot ("Case 4: Closing slot"): the keys
+    /// that left stay on the target, where no one reads them.
+    ClosedBack,
+    /// The target's primary is killed (SIGKILL) with the keys it took, then the slot is
+    /// closed back on its source.
+    TargetKilled,
 }
 
 /// How long one MIGRATE batch may take on the node, and the lab's call around it.
@@ -737,7 +750,7 @@ impl Lab {
             )
             .await?;
             keys += self
-                .move_keys(source, &slot_text, &target_port, password.as_deref())
+                .move_keys(source, &slot_text, &target_port, password.as_deref(), None)
                 .await?;
             for node in [target, source] {
                 self.call_node(
@@ -759,6 +772,79 @@ impl Lab {
             to: self.node(target, group),
             slots: slots.len(),
             keys,
+        })
+    }
+
+    /// Starts moving `slot` of a cluster lab's group from one shard's primary to another's
+    /// (shards 0-based) as [`Lab::migrate_slots`] does, moves only its first `keys` keys in
+    /// `CLUSTER GETKEYSINSLOT` order (newest first, as `redis-cli` moves them), and breaks
+    /// off as `interruption` says, leaving the source serving the slot without the keys that
+    /// left. Returns once the source serves the slot again.
+    pub async fn interrupt_migration(
+        &mut self,
+        group: usize,
+        from: usize,
+        to: usize,
+        slot: u16,
+        keys: usize,
+        interruption: Interruption,
+    ) -> Result<MigrationReport, LabError> {
+        self.check_shard(group, from)?;
+        self.check_shard(group, to)?;
+        if from == to {
+            return Err(LabError::InvalidArgument {
+                field: "to",
+                reason: format!("is shard s{} too; pick another shard", from + 1),
+            });
+        }
+        let source = self.running_primary_index(group, from).await?;
+        let target = self.running_primary_index(group, to).await?;
+        let (source_id, target_id) = (
+            self.node_id(source).to_string(),
+            self.node_id(target).to_string(),
+        );
+        self.check_serves(source, &source_id, &(slot..=slot))
+            .await?;
+        let target_port = self.state.nodes[target].port.to_string();
+        let password = self.state.spec.password.clone();
+        let slot_text = slot.to_string();
+        self.call_node(
+            target,
+            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &source_id],
+            CONTROL_TIMEOUT,
+        )
+        .await?;
+        self.call_node(
+            source,
+            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target_id],
+            CONTROL_TIMEOUT,
+        )
+        .await?;
+        let moved = self
+            .move_keys(
+                source,
+                &slot_text,
+                &target_port,
+                password.as_deref(),
+                Some(keys),
+            )
+            .await?;
+        let to_node = self.node(target, group);
+        let stable = ["CLUSTER", "SETSLOT", &slot_text, "STABLE"];
+        match interruption {
+            Interruption::ClosedBack => {
+                self.call_node(target, &stable, CONTROL_TIMEOUT).await?;
+            }
+            Interruption::TargetKilled => {
+                self.kill_index(target, group).await?;
+            }
+        }
+        self.call_node(source, &stable, CONTROL_TIMEOUT).await?;
+        Ok(MigrationReport {
+            from: self.node(source, group),
+            to: to_node,
+            slots: 1,
+            keys: moved,
         })
     }
 
@@ -798,18 +884,26 @@ impl Lab {
         }
     }
 
-    /// Moves every key of one slot from `source` to the node on `target_port`, in batches.
+    /// Moves every key of one slot from `source` to the node on `target_port`, in batches in
+    /// the order `CLUSTER GETKEYSINSLOT` lists them, as `redis-cli --cluster reshard` does; or
+    /// only the first `limit` keys listed.
     async fn move_keys(
         &self,
         source: usize,
         slot: &str,
         target_port: &str,
         password: Option<&str>,
+        limit: Option<usize>,
     ) -> Result<usize, LabError> {
-        let batch = MIGRATE_BATCH.to_string();
         let timeout = MIGRATE_TIMEOUT_MS.to_string();
         let mut moved = 0;
         loop {
+            let batch = match limit {
+                Some(limit) if limit <= moved => return Ok(moved),
+                Some(limit) => (limit - moved).min(MIGRATE_BATCH),
+                None => MIGRATE_BATCH,
+            }
+            .to_string();
             let reply = self
                 .call_node(
                     source,

@@ -73,7 +73,7 @@ use crate::config::{GroupConfig, Topology};
 use crate::engine::clock::millis;
 use crate::protocol::Policy;
 
-pub use cluster::{ClusterShape, MigrationReport};
+pub use cluster::{ClusterShape, Interruption, MigrationReport};
 
 use certificates::{tls_settings, write_certificates};
 use confs::{Slot, consecutive_ports, group_name, layout, render_confs};

@@ -205,6 +205,28 @@ pub fn key_slot(key: &str) -> u16 {
     crc % 16_384
 }
 
+/// The tag the engine puts in front of a key of `slot`: the first text of one to three
+/// alphanumerics, in this order, that hashes to it.
+pub fn tag_of(slot: u16) -> String {
+    const ALPHABET: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    for length in 1..=3u32 {
+        for number in 0..ALPHABET.len().pow(length) {
+            let mut digits = Vec::new();
+            let mut rest = number;
+            for _ in 0..length {
+                digits.push(ALPHABET[rest % ALPHABET.len()]);
+                rest /= ALPHABET.len();
+            }
+            digits.reverse();
+            let tag = String::from_utf8(digits).expect("ascii");
+            if key_slot(&tag) == slot {
+                return tag;
+            }
+        }
+    }
+    panic!("no tag for slot {slot}")
+}
+
 /// Starts moving `slot` from the node at `source` to the node at `target`, as resharding does
 /// before it moves keys: IMPORTING on the target, MIGRATING on the source.
 pub async fn start_slot_move(source: u16, target: u16, slot: u16) {
