@@ -372,6 +372,7 @@ impl LeaseWatch {
 
     /// Resolves at the next change of the lease's state: a renewal, a failed one, an end.
     /// Cancel-safe; each change is seen once by this view.
+    #[cfg_attr(not(feature = "cli"), allow(dead_code))]
     pub(crate) async fn changed(&mut self) {
         if self.state.changed().await.is_err() {
             // The keepalive task is gone: nothing will change any more.
