@@ -1,10 +1,11 @@
 //! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` and
-//! `/readyz` for load balancers), bearer authentication, the `Host` check and the session cap, and a
+//! `/readyz` for load balancers, the dashboard at `/`), bearer authentication, the `Host` check and the session cap, and a
 //! graceful shutdown that releases every keepalive lease before the process exits.
 //!
-//! `/mcp` and `/metrics` both need the bearer token and an allowed `Host`: the layers run
-//! token, then `Host` ([`require_allowed_host`], for both routes; rmcp checks `/mcp` again
-//! with the same list), then, on `/mcp`, the session cap. `/healthz` and `/readyz` need
+//! `/mcp`, `/metrics` and the dashboard's snapshot need the bearer token and an allowed
+//! `Host`: the layers run token, then `Host` ([`require_allowed_host`]; rmcp checks `/mcp`
+//! again with the same list), then, on `/mcp`, the session cap. The dashboard's page and
+//! files need an allowed `Host` only: they carry no data. `/healthz` and `/readyz` need
 //! neither: they reveal no name or address, and load balancers probe them by address.
 
 use std::future::Future;
@@ -21,6 +22,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{BearerToken, require_bearer};
+use super::dashboard::{self, groups::GroupWatch, snapshot::Snapshots};
 use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
 use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
@@ -113,8 +115,25 @@ pub async fn serve_http(
         "/metrics",
         get(metrics).with_state(Arc::clone(&server.shared)),
     );
+    let groups = GroupWatch::new(
+        server.shared.locks.clone(),
+        Arc::clone(&server.shared.timeline),
+    );
+    groups.spawn(stop.child_token());
+    let snapshots = Arc::new(Snapshots::new(
+        server.shared.locks.clone(),
+        groups,
+        Arc::clone(&server.shared.timeline),
+        Arc::clone(&server.shared.waiting),
+    ));
+    // The dashboard's page and files carry no data: an allowed Host is enough for them.
+    let pages = dashboard::pages().layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&hosts),
+        require_allowed_host,
+    ));
     let protected = mcp
         .merge(metrics_route)
+        .merge(dashboard::api(snapshots))
         .layer(axum::middleware::from_fn_with_state(
             hosts,
             require_allowed_host,
@@ -129,6 +148,7 @@ pub async fn serve_http(
             "/readyz",
             get(readyz).with_state(Readiness::new(server.shared.locks.clone())),
         )
+        .merge(pages)
         .merge(protected);
 
     on_listening(addr);

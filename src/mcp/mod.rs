@@ -19,15 +19,17 @@
 //! - `auth`: the HTTP bearer token, compared in constant time.
 //! - `hosts`: the `Host` header check (DNS-rebinding protection) for `/mcp` and `/metrics`.
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
-//! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`) and its graceful
+//! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`, the dashboard) and its graceful
 //!   shutdown.
 //! - `readiness`: `/readyz`, 200 only while a majority of groups vote.
+//! - `dashboard/`: the read-only operator dashboard at `/` and the snapshot it polls.
 //! - `stdio`: one session over stdin and stdout.
 //! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
 mod arguments;
 mod auth;
 mod contract;
+mod dashboard;
 mod handler;
 mod hosts;
 mod http;
