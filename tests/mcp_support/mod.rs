@@ -283,6 +283,9 @@ impl HttpServer {
         &self,
         token: Option<&str>,
     ) -> Result<(Client, mpsc::UnboundedReceiver<Value>), String> {
+        // rmcp's HTTP client is built with rustls (the https test needs it), which asks for
+        // the process's crypto provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
         if let Some(token) = token {
             config = config.auth_header(token);
