@@ -3,8 +3,11 @@
 //! parses, runs a subcommand with options the binary has, hands it the token and config as
 //! credentials under its hardening, and passes `systemd-analyze verify` where that exists. The
 //! image runs as an unprivileged user, caches dependencies for every target the manifest
-//! declares, and its health check passes against a real server's `/healthz` and fails where
-//! nothing listens. (No container engine runs here, so the image itself is not built.)
+//! declares, and its health check passes against a real server's `/readyz` while a majority
+//! votes and fails without one or where nothing listens. Every Redis and Sentinel has a
+//! health check, and the README's steps through the `quorumlock-admin` service run, with that
+//! service's arguments, against a lab. (No container engine runs here, so the image itself
+//! is not built.)
 
 mod common;
 mod mcp_support;
@@ -418,9 +421,9 @@ async fn the_image_runs_unprivileged_and_checks_the_servers_health_route() {
         }
     }
 
-    // The health check probes the route the server serves, on the port the image exposes:
-    // run it against a real server (loopback, no token needed for /healthz) on the port it
-    // got, and against a port where nothing listens.
+    // The health check probes readiness on the port the image exposes: run it against a
+    // real server over a lab (200), one whose groups do not answer (503), and a port where
+    // nothing listens.
     let exposed = *of("EXPOSE").first().expect("EXPOSE");
     let check = *of("HEALTHCHECK").last().expect("HEALTHCHECK");
     let command = check
@@ -429,13 +432,10 @@ async fn the_image_runs_unprivileged_and_checks_the_servers_health_route() {
         .expect("HEALTHCHECK ... CMD");
     let argv: Vec<String> = serde_json::from_str(command).expect("HEALTHCHECK CMD in exec form");
     assert!(
-        help(&["serve"]).contains("/healthz") && command.contains("/healthz"),
-        "the health check probes /healthz"
+        help(&["serve"]).contains("/readyz") && command.contains("/readyz"),
+        "the health check probes /readyz"
     );
     assert!(command.contains(&format!("/{exposed}")), "{command}");
-    let config = compose_dir().join("quorumlock.toml");
-    let server = mcp_support::http_server(&config, None, &[]).await;
-    let port = server.addr.rsplit_once(':').expect("HOST:PORT").1;
     let probe = |port: &str| {
         let argv: Vec<String> = argv
             .iter()
@@ -446,9 +446,27 @@ async fn the_image_runs_unprivileged_and_checks_the_servers_health_route() {
             .output()
             .expect("run the health check")
     };
-    let healthy = probe(port);
+    let port_of = |server: &mcp_support::HttpServer| {
+        server
+            .addr
+            .rsplit_once(':')
+            .expect("HOST:PORT")
+            .1
+            .to_string()
+    };
+    let fx = common::plain_lab().await;
+    let ready = mcp_support::http_server(&fx.lab.config_path(), None, &[]).await;
+    let healthy = probe(&port_of(&ready));
     assert!(healthy.status.success(), "health check failed: {healthy:?}");
-    drop(server);
+    drop(ready);
+    // compose/quorumlock.toml names hosts that only exist inside the compose network.
+    let config = compose_dir().join("quorumlock.toml");
+    let unready = mcp_support::http_server(&config, None, &[]).await;
+    assert!(
+        !probe(&port_of(&unready)).status.success(),
+        "healthy without a quorum"
+    );
+    drop(unready);
     let unused = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -472,4 +490,127 @@ async fn the_image_runs_unprivileged_and_checks_the_servers_health_route() {
 fn read_root(name: &str) -> String {
     std::fs::read_to_string(compose_dir().join("..").join(name))
         .unwrap_or_else(|e| panic!("read {name}: {e}"))
+}
+
+/// A key of a compose service, set on the service itself or through its `<<` merge.
+fn service_key<'y>(service: &'y Yaml, key: &str) -> &'y Yaml {
+    let own = &service[key];
+    if own.is_badvalue() {
+        &service["<<"][key]
+    } else {
+        own
+    }
+}
+
+#[test]
+fn every_redis_and_sentinel_has_a_health_check_on_its_own_port() {
+    let documents = YamlLoader::load_from_str(&read("docker-compose.yml")).expect("compose YAML");
+    let services = documents[0]["services"].as_hash().expect("services");
+    let mut checked = 0;
+    for (name, service) in services {
+        let name = name.as_str().expect("service name");
+        let image = service_key(service, "image").as_str().unwrap_or_default();
+        if !image.starts_with("redis:") {
+            continue;
+        }
+        let test = strings(&service_key(service, "healthcheck")["test"]);
+        let port = if name.starts_with("sentinel-") {
+            "26379"
+        } else {
+            "6379"
+        };
+        assert_eq!(
+            test,
+            ["CMD", "redis-cli", "-p", port, "ping"],
+            "{name} has no health check on {port}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 13, "five masters, five replicas, three Sentinels");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_steps_from_up_to_a_first_lock_run_through_the_admin_service() {
+    let readme = read("README.md");
+    let steps = readme
+        .split("## Run it")
+        .nth(1)
+        .and_then(|rest| rest.split("```sh\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a sh block under Run it");
+    let lines: Vec<&str> = steps
+        .lines()
+        .map(|line| line.split(" #").next().unwrap_or(line).trim())
+        .filter(|line| !line.is_empty())
+        .collect();
+    let position = |prefix: &str| {
+        lines
+            .iter()
+            .position(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the steps lack `{prefix}`: {lines:?}"))
+    };
+    let up = position("docker compose up -d");
+    let admit = position("docker compose run --rm quorumlock-admin");
+    let ready = position("curl -s localhost:8848/readyz");
+    let first_lock = position("docker compose run --rm quorumlock-admin acquire");
+    assert!(
+        up < admit && admit < ready && ready < first_lock,
+        "{lines:?}"
+    );
+    assert!(lines[0].starts_with("cp quorumlock.env.example quorumlock.env"));
+
+    // The service: the CLI with the deployment's config, admitting by default, never
+    // started by `up`.
+    let documents = YamlLoader::load_from_str(&read("docker-compose.yml")).expect("compose YAML");
+    let service = &documents[0]["services"]["quorumlock-admin"];
+    assert_eq!(strings(&service["profiles"]), ["admin"]);
+    let entrypoint = strings(&service["entrypoint"]);
+    assert_eq!(
+        entrypoint,
+        ["quorumlock", "--config", "/etc/quorumlock/quorumlock.toml"]
+    );
+    assert!(
+        strings(&service["volumes"])
+            .contains(&"./quorumlock.toml:/etc/quorumlock/quorumlock.toml:ro".to_string())
+    );
+    let default_command = strings(&service["command"]);
+    assert_eq!(default_command.first().map(String::as_str), Some("admit"));
+
+    // Each `run` step, as the container would run it, against a lab in place of the
+    // compose network: the same arguments, the lab's config in place of the mounted one.
+    let fx = common::plain_lab().await;
+    let config = fx.lab.config_path();
+    for line in &lines {
+        let Some(rest) = line.strip_prefix("docker compose run --rm quorumlock-admin") else {
+            continue;
+        };
+        let given: Vec<String> = rest.split_whitespace().map(str::to_string).collect();
+        let args = if given.is_empty() {
+            default_command.clone()
+        } else {
+            given
+        };
+        let output = tokio::process::Command::new(mcp_support::BIN)
+            .arg("--config")
+            .arg(&config)
+            .args(&args)
+            .env_remove("QUORUMLOCK_CONFIG")
+            .output()
+            .await
+            .expect("run quorumlock");
+        assert!(
+            output.status.success(),
+            "`{line}` failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let listed = fx.locks.list("demo:", 10).await.expect("list");
+    assert!(
+        listed
+            .locks
+            .iter()
+            .any(|lock| lock.resource == "demo:first"),
+        "the README's first lock is not held"
+    );
 }

@@ -1787,3 +1787,181 @@ async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_released_and_kep
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_from_a_foreign_origin_is_refused_and_the_dashboard_is_served_with_a_strict_csp()
+{
+    let fx = plain_lab().await;
+    let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let post = |origin: Option<&'static str>| {
+        let (addr, bearer) = (server.addr.clone(), bearer.clone());
+        async move {
+            let mut headers = vec![
+                MCP_POST_HEADERS[0],
+                MCP_POST_HEADERS[1],
+                ("Authorization", bearer.as_str()),
+            ];
+            if let Some(origin) = origin {
+                headers.push(("Origin", origin));
+            }
+            raw_http(&addr, "POST", "/mcp", &headers, RAW_INITIALIZE)
+                .await
+                .0
+        }
+    };
+    // DNS rebinding: a page on evil.example that resolves to this server, with a stolen or
+    // guessed token, still gets nothing.
+    assert_eq!(post(Some("http://evil.example")).await, 403);
+    assert_eq!(post(Some("null")).await, 403);
+    assert_eq!(post(None).await, 200, "no Origin: not a browser");
+    let own = format!("http://{}", server.addr);
+    let own: &'static str = Box::leak(own.into_boxed_str());
+    assert_eq!(post(Some(own)).await, 200, "the server's own pages");
+    let metrics = [
+        ("Authorization", bearer.as_str()),
+        ("Origin", "http://evil.example"),
+    ];
+    assert_eq!(
+        raw_http(&server.addr, "GET", "/metrics", &metrics, b"")
+            .await
+            .0,
+        403
+    );
+
+    // The page needs no token, carries no data, and forbids everything but its own files.
+    let (status, head, body) = raw_http_response(&server.addr, "GET", "/", &[], b"").await;
+    assert_eq!(status, 200, "{head}");
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("content-security-policy: default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"),
+        "{head}"
+    );
+    assert!(head.contains("x-content-type-options: nosniff"), "{head}");
+    assert!(
+        body.contains("/dashboard/app.js") && !body.contains("<script>"),
+        "{body}"
+    );
+    let (status, _, script) =
+        raw_http_response(&server.addr, "GET", "/dashboard/app.js", &[], b"").await;
+    assert_eq!(status, 200);
+    assert!(script.contains("sessionStorage") && !script.contains("innerHTML"));
+    let foreign = [("Host", "evil.example")];
+    assert_eq!(
+        raw_http(&server.addr, "GET", "/", &foreign, b"").await.0,
+        403
+    );
+    // The data behind it needs the token, and the same Host and Origin checks.
+    let snapshot = "/dashboard/api/snapshot";
+    assert_eq!(
+        raw_http(&server.addr, "GET", snapshot, &[], b"").await.0,
+        401
+    );
+    let with_token = [("Authorization", bearer.as_str())];
+    let (status, body) = raw_http(&server.addr, "GET", snapshot, &with_token, b"").await;
+    assert_eq!(status, 200, "{body}");
+    let snapshot_json: Value = serde_json::from_str(&body).expect("snapshot JSON");
+    assert_eq!(
+        snapshot_json["health"]["groups"].as_array().map(Vec::len),
+        Some(5)
+    );
+    assert_eq!(
+        raw_http(
+            &server.addr,
+            "GET",
+            "/dashboard/api/snapshot",
+            &metrics,
+            b""
+        )
+        .await
+        .0,
+        403
+    );
+}
+
+/// An HTTP client that trusts only `ca_pem`.
+fn client_trusting(ca_pem: &[u8]) -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca_pem).expect("a PEM CA")])
+        .build()
+        .expect("an HTTP client")
+}
+
+async fn connect_https(url: &str, http: reqwest::Client) -> Result<Client, String> {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_string()).auth_header(TOKEN);
+    rmcp::ServiceExt::serve(
+        mcp_support::recorder().0,
+        StreamableHttpClientTransport::with_client(http, config),
+    )
+    .await
+    .map_err(|error| error.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_serves_an_mcp_client_that_trusts_the_lab_ca_and_fails_one_that_does_not() {
+    // A TLS lab: its CA signed a certificate for 127.0.0.1 that the server presents.
+    let fx = common::fixture(
+        |spec| quorumlock::lab::LabSpec {
+            tls: true,
+            ..common::plain(spec)
+        },
+        |topology| topology,
+    )
+    .await;
+    let tls = fx.lab.dir().join("tls");
+    let (cert, key) = (tls.join("node.crt"), tls.join("node.key"));
+    let tls_args = [
+        "--tls-cert",
+        cert.to_str().expect("UTF-8 path"),
+        "--tls-key",
+        key.to_str().expect("UTF-8 path"),
+    ];
+    let server = http_server(&fx.lab.config_path(), Some(TOKEN), &tls_args).await;
+    assert!(
+        server.url.starts_with("https://127.0.0.1:"),
+        "{}",
+        server.url
+    );
+
+    let ca = std::fs::read(tls.join("ca.crt")).expect("the lab's CA");
+    let client = connect_https(&server.url, client_trusting(&ca))
+        .await
+        .expect("a client trusting the lab's CA connects over https");
+    let granted = ok(&client, "acquire_lock", json!({"resource": "tls:a"})).await;
+    assert_eq!(granted["acquired"], json!(true));
+    release(&client, "tls:a", str_of(&granted, "token")).await;
+    let _ = client.cancel().await;
+
+    // Another CA: the handshake fails, and nothing is served.
+    let other = rcgen::CertificateParams::new(Vec::<String>::new())
+        .and_then(|mut params| {
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.self_signed(&rcgen::KeyPair::generate()?)
+        })
+        .expect("another CA");
+    let refused = connect_https(&server.url, client_trusting(other.pem().as_bytes()))
+        .await
+        .err()
+        .expect("a client trusting another CA is refused");
+    assert!(!refused.is_empty());
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut plain = tokio::net::TcpStream::connect(&server.addr)
+        .await
+        .expect("connect");
+    let request = format!(
+        "GET /healthz HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.addr
+    );
+    plain.write_all(request.as_bytes()).await.expect("send");
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer).await;
+    assert!(
+        !answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+}

@@ -562,6 +562,51 @@ fn metric_names(text: &str) -> std::collections::HashSet<String> {
     names
 }
 
+/// The metric names every query of compose/grafana/quorumlock.json uses; the board must
+/// cover the quorum, groups voting and quarantined, grants and refusals, acquire latency,
+/// keepalive leases and losses, and MCP sessions.
+fn grafana_board_metrics() -> Vec<String> {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/compose/grafana/quorumlock.json"
+    ))
+    .expect("compose/grafana/quorumlock.json");
+    let board: serde_json::Value = serde_json::from_str(&text).expect("the board is JSON");
+    let mut names = Vec::new();
+    let panels = board["panels"].as_array().expect("panels");
+    for panel in panels {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            let expr = target["expr"].as_str().expect("every target has an expr");
+            let mut rest = expr;
+            while let Some(at) = rest.find("quorumlock_") {
+                let tail = &rest[at..];
+                let end = tail
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(tail.len());
+                names.push(tail[..end].to_string());
+                rest = &tail[end..];
+            }
+        }
+    }
+    for needed in [
+        "quorumlock_quorum_available",
+        "quorumlock_groups_voting",
+        "quorumlock_group_admission",
+        "quorumlock_mcp_acquisitions_total",
+        "quorumlock_mcp_denials_total",
+        "quorumlock_mcp_acquire_duration_seconds_bucket",
+        "quorumlock_mcp_keepalive_leases",
+        "quorumlock_mcp_keepalive_lost_total",
+        "quorumlock_mcp_sessions",
+    ] {
+        assert!(
+            names.iter().any(|name| name == needed),
+            "the Grafana board has no panel on {needed}"
+        );
+    }
+    names
+}
+
 /// The metric names in the `expr` of every alert rule in docs/operations.md's "Metrics and
 /// alerts" section (its ```yaml block, parsed as YAML).
 fn alert_rule_metrics() -> Vec<String> {
@@ -692,12 +737,18 @@ async fn metrics_show_the_quorum_every_groups_vote_and_the_build() {
     }
     // The server's own series keep their names.
     assert_eq!(sample(&samples, "quorumlock_mcp_acquisitions_total"), 0.0);
-    // Every metric the documented alert rules use exists.
+    // Every metric the documented alert rules and the Grafana board use exists.
     let known = metric_names(&text);
     for name in alert_rule_metrics() {
         assert!(
             known.contains(&name),
             "operations.md's alerts use {name}, which /metrics lacks"
+        );
+    }
+    for name in grafana_board_metrics() {
+        assert!(
+            known.contains(&name),
+            "compose/grafana/quorumlock.json queries {name}, which /metrics lacks"
         );
     }
 

@@ -160,6 +160,10 @@ pub fn main() -> ExitCode {
         Err(code) => return code,
     };
     output::init_logs(cli.verbose, cli.quiet, cli.log_format);
+    // ring as the process's rustls provider: the engine and the server pass it explicitly,
+    // but an HTTP client built with TLS (the MCP bench's) asks for the process default.
+    // An error only means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let json = cli.json;
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -15,18 +15,19 @@ use crate::Locks;
 use crate::bench::mcp::{self as bench, BenchOptions};
 use crate::config::Topology;
 use crate::mcp::{
-    BearerToken, Capacity, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, serve_http,
-    serve_stdio,
+    BearerToken, Capacity, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, TlsFiles,
+    serve_http, serve_stdio,
 };
 
 const AFTER_HELP: &str = "Without --http the server speaks MCP on stdin/stdout (logs go to stderr), for MCP clients that start it as a subprocess.
-With --http it serves streamable HTTP at http://ADDR/mcp, plus /healthz (no token) and /metrics (Prometheus).
+With --http it serves streamable HTTP at http://ADDR/mcp, plus /healthz and /readyz (no token), /metrics (Prometheus) and a read-only dashboard at /.
+With --tls-cert and --tls-key it serves https instead; plain HTTP on a non-loopback address prints a warning (the token would cross the network in clear).
 HTTP requires a bearer token from QUORUMLOCK_MCP_TOKEN or --token-file (one of them, not both), except on a loopback address.
-Once listening it prints `quorumlock mcp listening on http://HOST:PORT/mcp` on stderr.
+Once listening it prints `quorumlock mcp listening on http(s)://HOST:PORT/mcp` on stderr.
 
 Examples:
   quorumlock --lab serve                                   # stdio, against the running lab
-  QUORUMLOCK_MCP_TOKEN=$(openssl rand -hex 32) quorumlock --config prod.toml serve --http 0.0.0.0:8848 --allowed-host locks.internal
+  QUORUMLOCK_MCP_TOKEN=$(openssl rand -hex 32) quorumlock --config prod.toml serve --http 0.0.0.0:8848 --allowed-host locks.internal --tls-cert /etc/quorumlock/tls.crt --tls-key /etc/quorumlock/tls.key
   quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP
   quorumlock --lab serve --bench-sessions 1000 --bench-seconds 60   # 1000 sessions holding keepalive leases, 64 more acquiring";
 
@@ -43,6 +44,12 @@ pub struct ServeArgs {
     /// Host header accepted on /mcp and /metrics, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
     #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
     allowed_hosts: Vec<String>,
+    /// Serve https with this PEM certificate chain (with --tls-key).
+    #[arg(long, value_name = "FILE", requires_all = ["http", "tls_key"])]
+    tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires_all = ["http", "tls_cert"])]
+    tls_key: Option<PathBuf>,
     /// Open HTTP sessions at most; a new one beyond it is refused (503).
     #[arg(long, env = "QUORUMLOCK_MCP_MAX_SESSIONS", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     max_sessions: u64,
@@ -123,6 +130,13 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
             token: BearerToken::load(args.token_file.as_deref())?,
             allowed_hosts: args.allowed_hosts.clone(),
             session_idle: Duration::from_secs(args.session_idle_secs),
+            tls: match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(TlsFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
         }),
         None => None,
     };
@@ -139,8 +153,9 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
     }
     match http {
         Some(options) => {
+            let scheme = options.scheme();
             serve_http(&server, options, termination(), |addr| {
-                eprintln!("{LISTENING_PREFIX}http://{addr}/mcp");
+                eprintln!("{LISTENING_PREFIX}{scheme}://{addr}/mcp");
             })
             .await?;
         }

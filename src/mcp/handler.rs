@@ -17,6 +17,9 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 
+use super::dashboard::activity;
+use super::dashboard::timeline::Timeline;
+use super::dashboard::waiting::Waiting;
 use super::metrics::Metrics;
 use super::sessions::{SessionKey, SessionRegistry, level_rank};
 use super::{CALL_SLOT_WAIT, Capacity, Limits, MAX_CONCURRENT_CALLS_ENV};
@@ -42,6 +45,10 @@ pub struct Shared {
     pub capacity: Capacity,
     pub metrics: Arc<Metrics>,
     pub sessions: Arc<SessionRegistry>,
+    /// What this server saw happen, for the dashboard.
+    pub timeline: Arc<Timeline>,
+    /// `acquire_lock` calls waiting now, for the dashboard.
+    pub waiting: Arc<Waiting>,
     pub router: ToolRouter<LockServer>,
     /// One permit per tool call running, `capacity.max_concurrent_calls` in all.
     calls: tokio::sync::Semaphore,
@@ -50,12 +57,19 @@ pub struct Shared {
 impl Shared {
     pub fn new(locks: Locks, limits: Limits, capacity: Capacity) -> Shared {
         let metrics = Arc::new(Metrics::new());
+        let timeline = Arc::new(Timeline::new());
         Shared {
             locks,
             limits,
             capacity,
-            sessions: Arc::new(SessionRegistry::new(Arc::clone(&metrics), &capacity)),
+            sessions: Arc::new(SessionRegistry::new(
+                Arc::clone(&metrics),
+                Arc::clone(&timeline),
+                &capacity,
+            )),
             metrics,
+            timeline,
+            waiting: Arc::new(Waiting::new()),
             router: LockServer::tool_router(),
             calls: tokio::sync::Semaphore::new(capacity.max_concurrent_calls),
         }
@@ -156,9 +170,23 @@ impl ServerHandler for LockServer {
                 )),
             ])));
         };
+        let arguments = request.arguments.clone();
+        let waiter = activity::before(&self.shared.waiting, &name, arguments.as_ref());
         let response = router
             .call(ToolCallContext::new(self, request, context))
             .await;
+        drop(waiter);
+        if let Ok(CallToolResponse::Complete(result)) = &response
+            && result.is_error != Some(true)
+        {
+            activity::after(
+                &self.shared.timeline,
+                &name,
+                arguments.as_ref(),
+                result.structured_content.as_ref(),
+                started.elapsed(),
+            );
+        }
         let ok = match &response {
             Ok(CallToolResponse::Complete(result)) => result.is_error != Some(true),
             Ok(_) => true,

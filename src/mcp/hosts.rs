@@ -1,4 +1,4 @@
-//! The `Host` header check (DNS-rebinding protection): a web page on an attacker's domain
+//! The `Host` and `Origin` header checks (DNS-rebinding protection): a web page on an attacker's domain
 //! that resolves to this server's address must not be able to talk to it from a browser.
 //!
 //! rmcp applies the check to `/mcp` itself; this module applies the same rule, with the same
@@ -96,11 +96,8 @@ impl AllowedHosts {
                     "Bad Request: missing Host header\n",
                 ))?,
         };
-        let admitted = self.parsed.iter().any(|allowed| {
-            allowed.host == presented.host && allowed.port.is_none_or(|p| presented.port == Some(p))
-        });
-        if admitted {
-            return Ok(());
+        if self.admits(&presented) {
+            return self.check_origin(headers);
         }
         tracing::warn!(host = %presented.host, "refused a request with a Host header that is not allowed (possible DNS rebinding); add it with --allowed-host if it is yours");
         Err((
@@ -110,7 +107,49 @@ impl AllowedHosts {
     }
 }
 
-/// Middleware: lets a request through only when its `Host` is allowed.
+impl AllowedHosts {
+    fn admits(&self, presented: &HostPort) -> bool {
+        self.parsed.iter().any(|allowed| {
+            allowed.host == presented.host && allowed.port.is_none_or(|p| presented.port == Some(p))
+        })
+    }
+
+    /// A browser names the page that sent a request in `Origin`: absent (not a browser, or a
+    /// same-origin `GET`) passes; present, it must be `http` or `https` on an allowed host,
+    /// as the MCP specification requires against DNS rebinding. `null` (a sandboxed frame,
+    /// a `file:` page) is refused.
+    fn check_origin(&self, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
+        let Some(origin) = headers.get(header::ORIGIN) else {
+            return Ok(());
+        };
+        let presented = origin
+            .to_str()
+            .ok()
+            .and_then(|text| Uri::try_from(text).ok())
+            .and_then(|uri| {
+                let default_port = match uri.scheme_str()? {
+                    "http" => 80,
+                    "https" => 443,
+                    _ => return None,
+                };
+                let authority = uri.authority()?;
+                Some(HostPort::new(
+                    authority.host(),
+                    Some(authority.port_u16().unwrap_or(default_port)),
+                ))
+            });
+        match presented {
+            Some(presented) if self.admits(&presented) => Ok(()),
+            _ => {
+                tracing::warn!(origin = ?origin, "refused a request from a web page whose Origin is not allowed (possible DNS rebinding); add its host with --allowed-host if it is yours");
+                Err((StatusCode::FORBIDDEN, "Forbidden: Origin is not allowed\n"))
+            }
+        }
+    }
+}
+
+/// Middleware: lets a request through only when its `Host` is allowed, and its `Origin`,
+/// when it has one.
 pub async fn require_allowed_host(
     State(hosts): State<std::sync::Arc<AllowedHosts>>,
     request: Request,
@@ -165,6 +204,48 @@ mod tests {
         }
         assert_eq!(status(&hosts, None), Some(StatusCode::BAD_REQUEST));
         assert_eq!(status(&hosts, Some("a b")), Some(StatusCode::BAD_REQUEST));
+    }
+
+    fn origin_status(hosts: &AllowedHosts, origin: &str) -> Option<StatusCode> {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8848"));
+        headers.insert(header::ORIGIN, HeaderValue::from_str(origin).ok()?);
+        hosts
+            .check(&Uri::from_static("/mcp"), &headers)
+            .err()
+            .map(|(status, _)| status)
+    }
+
+    #[test]
+    fn an_origin_must_name_an_allowed_host_over_http_or_https() {
+        let hosts = AllowedHosts::new(&[]);
+        for ok in [
+            "http://127.0.0.1:8848",
+            "https://localhost",
+            "http://[::1]:9",
+        ] {
+            assert_eq!(origin_status(&hosts, ok), None, "{ok}");
+        }
+        for foreign in [
+            "http://evil.example",
+            "http://evil.example:8848",
+            "null",
+            "file://",
+            "ftp://127.0.0.1",
+            "127.0.0.1:8848",
+        ] {
+            assert_eq!(
+                origin_status(&hosts, foreign),
+                Some(StatusCode::FORBIDDEN),
+                "{foreign}"
+            );
+        }
+        let edge = AllowedHosts::new(&["127.0.0.1".into(), "edge.example:443".into()]);
+        assert_eq!(origin_status(&edge, "https://edge.example"), None);
+        assert_eq!(
+            origin_status(&edge, "http://edge.example"),
+            Some(StatusCode::FORBIDDEN)
+        );
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Streamable HTTP: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` and
-//! `/readyz` for load balancers), bearer authentication, the `Host` check and the session cap, and a
+//! Streamable HTTP, or HTTPS with `tls`: the axum app (`/mcp` for MCP, `/metrics` for Prometheus, `/healthz` and
+//! `/readyz` for load balancers, the dashboard at `/`), bearer authentication, the `Host` check and the session cap, and a
 //! graceful shutdown that releases every keepalive lease before the process exits.
 //!
-//! `/mcp` and `/metrics` both need the bearer token and an allowed `Host`: the layers run
-//! token, then `Host` ([`require_allowed_host`], for both routes; rmcp checks `/mcp` again
-//! with the same list), then, on `/mcp`, the session cap. `/healthz` and `/readyz` need
+//! `/mcp`, `/metrics` and the dashboard's snapshot need the bearer token and an allowed
+//! `Host`: the layers run token, then `Host` ([`require_allowed_host`]; rmcp checks `/mcp`
+//! again with the same list), then, on `/mcp`, the session cap. The dashboard's page and
+//! files need an allowed `Host` only: they carry no data. `/healthz` and `/readyz` need
 //! neither: they reveal no name or address, and load balancers probe them by address.
 
 use std::future::Future;
@@ -21,11 +22,13 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::auth::{BearerToken, require_bearer};
+use super::dashboard::{self, groups::GroupWatch, snapshot::Snapshots};
 use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
 use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
 use super::metrics::CONTENT_TYPE;
 use super::readiness::{Readiness, readyz};
+use super::tls::{TlsFiles, TlsListener, server_config};
 use super::{McpServer, RELEASE_ON_SHUTDOWN_TIMEOUT, ServeError};
 
 /// Largest request body accepted on `/mcp`. Big enough that a 1 MB argument reaches argument
@@ -46,6 +49,8 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// A session without requests for this long is closed and its keepalive leases released.
     pub session_idle: Duration,
+    /// Serve `https` with this certificate and key; `None`: plain `http`.
+    pub tls: Option<TlsFiles>,
 }
 
 impl HttpOptions {
@@ -55,7 +60,13 @@ impl HttpOptions {
             token: None,
             allowed_hosts: Vec::new(),
             session_idle: DEFAULT_SESSION_IDLE,
+            tls: None,
         }
+    }
+
+    /// `https` with TLS, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 }
 
@@ -68,6 +79,8 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
+    // Read before binding, so a bad certificate fails at once.
+    let tls = options.tls.as_ref().map(server_config).transpose()?;
     let listener = tokio::net::TcpListener::bind(&options.listen)
         .await
         .map_err(|source| ServeError::Bind {
@@ -80,6 +93,9 @@ pub async fn serve_http(
     }
     if options.token.is_none() {
         tracing::warn!(%addr, "serving HTTP without a bearer token (allowed on loopback only); set QUORUMLOCK_MCP_TOKEN to require one");
+    }
+    if let Some(warning) = plain_http_warning(addr, tls.is_some()) {
+        tracing::warn!(%addr, "{warning}");
     }
     if options.allowed_hosts.is_empty() && !addr.ip().is_loopback() {
         tracing::warn!(%addr, "no --allowed-host given: /mcp and /metrics only accept Host headers naming localhost, 127.0.0.1 or ::1");
@@ -113,8 +129,25 @@ pub async fn serve_http(
         "/metrics",
         get(metrics).with_state(Arc::clone(&server.shared)),
     );
+    let groups = GroupWatch::new(
+        server.shared.locks.clone(),
+        Arc::clone(&server.shared.timeline),
+    );
+    groups.spawn(stop.child_token());
+    let snapshots = Arc::new(Snapshots::new(
+        server.shared.locks.clone(),
+        groups,
+        Arc::clone(&server.shared.timeline),
+        Arc::clone(&server.shared.waiting),
+    ));
+    // The dashboard's page and files carry no data: an allowed Host is enough for them.
+    let pages = dashboard::pages().layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&hosts),
+        require_allowed_host,
+    ));
     let protected = mcp
         .merge(metrics_route)
+        .merge(dashboard::api(snapshots))
         .layer(axum::middleware::from_fn_with_state(
             hosts,
             require_allowed_host,
@@ -129,23 +162,41 @@ pub async fn serve_http(
             "/readyz",
             get(readyz).with_state(Readiness::new(server.shared.locks.clone())),
         )
+        .merge(pages)
         .merge(protected);
 
     on_listening(addr);
     let stopping = stop.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!(
-                "shutting down: no new connections; closing sessions and releasing keepalive leases"
-            );
-            stopping.cancel();
-        })
-        .await
-        .map_err(ServeError::Http)?;
+    let graceful = async move {
+        shutdown.await;
+        tracing::info!(
+            "shutting down: no new connections; closing sessions and releasing keepalive leases"
+        );
+        stopping.cancel();
+    };
+    match tls {
+        None => axum::serve(listener, app)
+            .with_graceful_shutdown(graceful)
+            .await
+            .map_err(ServeError::Http)?,
+        Some(config) => {
+            let listener = TlsListener::new(listener, config, stop.child_token())?;
+            axum::serve(listener, app)
+                .with_graceful_shutdown(graceful)
+                .await
+                .map_err(ServeError::Http)?
+        }
+    }
     stop.cancel();
     server.release_all(RELEASE_ON_SHUTDOWN_TIMEOUT).await;
     Ok(())
+}
+
+/// The warning for plain HTTP where the token would cross a network: off loopback, no TLS.
+fn plain_http_warning(addr: SocketAddr, tls: bool) -> Option<&'static str> {
+    (!tls && !addr.ip().is_loopback()).then_some(
+        "serving plain HTTP on a non-loopback address: the bearer token crosses the network in clear; pass --tls-cert and --tls-key, or put a TLS proxy in front",
+    )
 }
 
 async fn healthz() -> Response {
@@ -168,5 +219,22 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
             format!("cannot encode metrics: {error}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_off_loopback_warns_that_the_token_crosses_the_network_in_clear() {
+        let public: SocketAddr = ([10, 0, 0, 7], 8848).into();
+        let loopback: SocketAddr = ([127, 0, 0, 1], 8848).into();
+        assert!(
+            plain_http_warning(public, false)
+                .is_some_and(|w| w.contains("bearer token crosses the network in clear"))
+        );
+        assert_eq!(plain_http_warning(public, true), None);
+        assert_eq!(plain_http_warning(loopback, false), None);
     }
 }

@@ -19,15 +19,18 @@
 //! - `auth`: the HTTP bearer token, compared in constant time.
 //! - `hosts`: the `Host` header check (DNS-rebinding protection) for `/mcp` and `/metrics`.
 //! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
-//! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`) and its graceful
+//! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`, the dashboard) and its graceful
 //!   shutdown.
 //! - `readiness`: `/readyz`, 200 only while a majority of groups vote.
+//! - `dashboard/`: the read-only operator dashboard at `/` and the snapshot it polls.
+//! - `tls`: `https` on the HTTP listener: the rustls configuration and a TLS listener.
 //! - `stdio`: one session over stdin and stdout.
 //! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
 mod arguments;
 mod auth;
 mod contract;
+mod dashboard;
 mod handler;
 mod hosts;
 mod http;
@@ -39,6 +42,7 @@ mod readiness;
 mod reply;
 mod sessions;
 mod stdio;
+mod tls;
 mod tools;
 
 use std::sync::Arc;
@@ -48,6 +52,7 @@ pub use auth::BearerToken;
 pub use http::{HttpOptions, serve_http};
 pub use metrics::Metrics;
 pub use stdio::{StdioEnd, serve_stdio};
+pub use tls::TlsFiles;
 
 use crate::{Locks, MIN_TTL};
 
@@ -246,6 +251,8 @@ pub enum ServeError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("cannot serve TLS: {0}")]
+    Tls(String),
     #[error("the HTTP server failed: {0}")]
     Http(#[source] std::io::Error),
     #[error("the MCP client did not complete the handshake: {0}")]

@@ -26,6 +26,7 @@ use rmcp::{Peer, RoleServer};
 use tokio::sync::{oneshot, watch};
 
 use super::contract::{KeepaliveState, KeepaliveView, rfc3339};
+use super::dashboard::timeline::{EventKind, Timeline};
 use super::metrics::Metrics;
 use super::{Capacity, MAX_KEEPALIVE_ENV, MAX_KEEPALIVE_PER_SESSION_ENV};
 use crate::Error;
@@ -138,17 +139,23 @@ pub struct SessionRegistry {
     /// Lease tasks still running (they may be mid-release), so shutdown can wait for them.
     running: watch::Sender<usize>,
     metrics: Arc<Metrics>,
+    timeline: Arc<Timeline>,
     max_per_session: usize,
     max_total: usize,
 }
 
 impl SessionRegistry {
     /// A registry enforcing `capacity`'s keepalive caps.
-    pub fn new(metrics: Arc<Metrics>, capacity: &Capacity) -> SessionRegistry {
+    pub fn new(
+        metrics: Arc<Metrics>,
+        timeline: Arc<Timeline>,
+        capacity: &Capacity,
+    ) -> SessionRegistry {
         SessionRegistry {
             state: Mutex::new(State::default()),
             running: watch::Sender::new(0),
             metrics,
+            timeline,
             max_per_session: capacity.max_keepalive_per_session,
             max_total: capacity.max_keepalive,
         }
@@ -445,6 +452,14 @@ impl SessionRegistry {
                 return;
             }
         };
+        self.timeline.record(
+            EventKind::LeaseLost,
+            lease.resources().join(", "),
+            format!(
+                "keepalive lease (fencing token {}) ended: {reason}",
+                lease.fencing_token()
+            ),
+        );
         let ended = SystemTime::now();
         let view = KeepaliveView {
             state: state_name,

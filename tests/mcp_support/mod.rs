@@ -62,7 +62,7 @@ impl ClientHandler for Recorder {
     }
 }
 
-fn recorder() -> (Recorder, mpsc::UnboundedReceiver<Value>) {
+pub fn recorder() -> (Recorder, mpsc::UnboundedReceiver<Value>) {
     let (logs, received) = mpsc::unbounded_channel();
     (Recorder { logs }, received)
 }
@@ -249,6 +249,7 @@ pub async fn http_server_with_env(
     });
     let addr = url
         .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
         .and_then(|rest| rest.strip_suffix("/mcp"))
         .expect("URL shape")
         .to_string();
@@ -282,6 +283,9 @@ impl HttpServer {
         &self,
         token: Option<&str>,
     ) -> Result<(Client, mpsc::UnboundedReceiver<Value>), String> {
+        // rmcp's HTTP client is built with rustls (the https test needs it), which asks for
+        // the process's crypto provider.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let mut config = StreamableHttpClientTransportConfig::with_uri(self.url.clone());
         if let Some(token) = token {
             config = config.auth_header(token);
@@ -304,6 +308,18 @@ pub async fn raw_http(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> (u16, String) {
+    let (status, _, body) = raw_http_response(addr, method, path, headers, body).await;
+    (status, body)
+}
+
+/// [`raw_http`], with the response's head (status line and headers) too.
+pub async fn raw_http_response(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, String, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let mut request = format!(
         "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
@@ -333,11 +349,11 @@ pub async fn raw_http(
         .nth(1)
         .and_then(|code| code.parse().ok())
         .unwrap_or_else(|| panic!("no HTTP status in {text:?}"));
-    let body = text
+    let (head, body) = text
         .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
+        .map(|(head, body)| (head.to_string(), body.to_string()))
         .unwrap_or_default();
-    (status, body)
+    (status, head, body)
 }
 
 /// A raw `initialize` request body, for [`raw_http`].
