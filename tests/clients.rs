@@ -416,8 +416,8 @@ fn every_quorumlock_command_in_the_client_docs_shell_lines_exists() {
         "only {checked} quorumlock command lines found"
     );
     assert_eq!(
-        claude_http, 2,
-        "Claude Code's HTTP lines, local and project"
+        claude_http, 3,
+        "Claude Code's HTTP lines: https, then local and project"
     );
 }
 
