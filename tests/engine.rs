@@ -1051,3 +1051,25 @@ async fn a_release_by_token_whose_first_try_went_unanswered_never_says_released(
     );
     assert_eq!(fx.values_of(&lock_key("by-token")).await, vec![None; 5]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_extend_to_a_shorter_ttl_cuts_the_lease_validity_to_it() {
+    let fx = plain_lab().await;
+    let mut lease = fx
+        .locks
+        .acquire("shortened")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("acquire");
+    // Every master holds the extend past its call timeout, then runs it: the shorter TTL
+    // lands after the caller heard of a failure.
+    pause_writes(&fx, fx.groups()).await;
+    let extended = lease.extend(Duration::from_secs(1)).await;
+    resume_writes(&fx, fx.groups()).await;
+    assert!(extended.is_err(), "{extended:?}");
+    assert!(
+        lease.validity() <= Duration::from_secs(1),
+        "the lease still counts on {:?} though its locks may expire in 1 s",
+        lease.validity()
+    );
+}

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::engine::clock::Clock;
 use crate::engine::error::Error;
-use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released};
+use crate::engine::locks::{AcquireOptions, Acquired, Engine, Locks, Released, lifetime};
 use crate::engine::resource::{LeaseKeys, permit_handle};
 use crate::engine::vote::GroupVote;
 
@@ -229,9 +229,21 @@ impl Lease {
         &self.votes
     }
 
-    /// Renews the lease for `ttl` on a majority; returns the new validity.
+    /// Renews the lease for `ttl` on a majority; returns the new validity. When it fails, the
+    /// validity is cut to what `ttl` would give, should that be shorter: a try that timed out
+    /// may have applied it.
     pub async fn extend(&mut self, ttl: Duration) -> Result<Duration, Error> {
-        let extended = self.engine.extend(&self.keys, &self.held_as, ttl).await?;
+        let started = self.engine.clock.now();
+        let extended = match self.engine.extend(&self.keys, &self.held_as, ttl).await {
+            Ok(extended) => extended,
+            Err(error) => {
+                // A try that timed out may still have set the shorter TTL on a majority: the
+                // lease may not be relied on past it.
+                let shortened = started + lifetime(ttl, self.engine.topology.drift_factor);
+                self.valid_until = self.valid_until.min(shortened);
+                return Err(error);
+            }
+        };
         self.ttl = ttl;
         self.valid_until = extended.valid_until;
         self.votes = extended.votes;
