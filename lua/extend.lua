@@ -13,6 +13,11 @@ if refused then
   return refused
 end
 local locks = tonumber(ARGV[3])
+-- Every key is read before any is written: on a slot mid-migration a key that left fails
+-- the call here, before it changed anything.
+for count = locks + 1, #KEYS - 2 do
+  redis.call('EXISTS', KEYS[count])
+end
 for lock = 1, locks do
   local holder = holder_of(redis.call('GET', KEYS[lock]))
   if holder ~= ARGV[1] then

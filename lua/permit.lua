@@ -31,7 +31,7 @@ local function grant(slot)
   ledger_note(KEYS[#KEYS - 1], KEYS[lock], KEYS[lock + 1], ARGV[3])
   return {1, slot}
 end
-local free, soonest, soonest_record, ahead, ahead_text
+local free, soonest, soonest_record, ahead, ahead_text, held
 for step = 0, permits - 1 do
   local slot = (tonumber(ARGV[6]) + step) % permits
   local lock = 2 + 2 * slot
@@ -49,6 +49,7 @@ for step = 0, permits - 1 do
     end
     return {2, stored_text}
   elseif holder then
+    held = true
     local left = redis.call('PTTL', KEYS[lock])
     if not soonest or left < soonest then
       soonest, soonest_record = left, record
@@ -58,6 +59,12 @@ for step = 0, permits - 1 do
   elseif not ahead or stored > ahead then
     ahead, ahead_text = stored, stored_text
   end
+end
+-- A held permit keeps the count alive (grants and renewals refresh it): a count missing
+-- beside one left with a broken-off migration, and a caller giving a larger count could take
+-- more permits than the semaphore has.
+if held and not known and ledger_kept() then
+  return slot_lost(KEYS[#KEYS - 1])
 end
 if free then
   return grant(free)

@@ -507,3 +507,36 @@ async fn a_release_after_its_slot_moved_reaches_the_new_owner_within_the_call_ti
     );
     assert_eq!(released.groups_released, 3, "{:?}", released.votes);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_whose_count_left_with_a_broken_off_migration_gives_no_extra_permit() {
+    let fx = reshard_lab().await;
+    let name = "sem";
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        held.push(
+            fx.locks
+                .acquire_permit(name, 2)
+                .ttl(LONG)
+                .await
+                .expect("a permit of two"),
+        );
+    }
+    // On g1 and g2 only the count leaves (grants write it last, so it is the newest key),
+    // and the slot is closed back.
+    let slot = key_slot(name);
+    let count = cluster_key(name, "permits");
+    for group in [0, 1] {
+        let (source, target) = fx.source_and_target(group, name).await;
+        start_slot_move(source, target, slot).await;
+        migrate_keys(source, target, &[&count]).await;
+        close_back(source, target, slot).await;
+    }
+    let third = fx.locks.acquire_permit(name, 3).ttl(LONG).await;
+    assert!(
+        third.is_err(),
+        "a third holder of a two-permit semaphore: {third:?}"
+    );
+    let status = fx.locks.semaphore_status(name).await.expect("status");
+    assert!(status.holders.len() <= 2, "{status:?}");
+}
