@@ -29,6 +29,11 @@ elseif had_policy and ARGV[4] ~= '1' then
   since = now
 end
 redis.set_repl(redis.REPL_NONE)
+if admitted[1] ~= history then
+  -- A ledger belongs to one history (admission.lua): a copy from a full resync would show
+  -- this node's grants as lost.
+  redis.call('DEL', KEYS[1])
+end
 if since then
   redis.call('HSET', KEYS[1], 'history', history, 'since', since, 'vote_from', vote_from)
 else

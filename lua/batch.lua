@@ -30,6 +30,9 @@ for call = 1, tonumber(ARGV[1]) do
   local args = {unpack(ARGV, arg_at, arg_at + arg_count - 1)}
   arg_at = arg_at + arg_count
   local ok, answer = pcall(script, keys, args)
+  -- A call that raised between its unreplicated writes must not leave the next call's
+  -- writes unreplicated.
+  redis.set_repl(redis.REPL_ALL)
   if not ok then
     answer = type(answer) == 'table' and (answer.err or 'script error') or tostring(answer)
   end

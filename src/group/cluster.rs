@@ -3,8 +3,8 @@
 //! fred's own cluster client is not used: it retries an `ASK` until its router gives up, and
 //! one dead primary stalls every slot until the cluster fails it over. Here each primary is a
 //! plain [`Master`], and a call goes to the primary that owns its resource's slot, with every
-//! key moved into that slot (see [`HashSlot::key`]). A `MOVED`, `ASK`, `TRYAGAIN` or
-//! `CLUSTERDOWN` answer means the script did not run: the call is "not sent", never counted,
+//! key moved into that slot (see [`HashSlot::key`]). A `MOVED`, `ASK` or `TRYAGAIN` answer
+//! to the whole call means the script did not run: the call is "not sent", never counted,
 //! and the map is read again at once; the call waits for that read and goes to the primary
 //! it names, as long as its own call timeout lasts, so a release or renewal reaches a slot
 //! that moved instead of being redirected until its lock expires. The map is also read every
