@@ -27,6 +27,21 @@ local policy_max_ttl
 local policy_window
 local info_reply
 local now
+-- quarantine_from_now(marker, history, left) rewrites the marker, empty but for `history`,
+-- so it votes `left` ms from now; written without replication.
+local function quarantine_from_now(marker, history, left)
+  redis.set_repl(redis.REPL_NONE)
+  local written = redis.pcall('DEL', marker)
+  if not (type(written) == 'table' and written.err) then
+    written = redis.pcall('HSET', marker, 'history', history, 'since', now, 'vote_from', now + left)
+  end
+  -- Replication back on before any error goes up: the calls batched after this one must
+  -- replicate their writes.
+  redis.set_repl(redis.REPL_ALL)
+  if type(written) == 'table' and written.err then
+    error(written)
+  end
+end
 local function admission_of(marker, policy_key)
   policy_max_ttl = nil
   policy_window = 0
@@ -51,17 +66,7 @@ local function admission_of(marker, policy_key)
   local left
   if admitted[1] ~= history then
     left = policy_max_ttl + window
-    redis.set_repl(redis.REPL_NONE)
-    local written = redis.pcall('DEL', marker)
-    if not (type(written) == 'table' and written.err) then
-      written = redis.pcall('HSET', marker, 'history', history, 'since', now, 'vote_from', now + left)
-    end
-    -- Replication back on before any error goes up: the calls batched after this one
-    -- must replicate their writes.
-    redis.set_repl(redis.REPL_ALL)
-    if type(written) == 'table' and written.err then
-      error(written)
-    end
+    quarantine_from_now(marker, history, left)
   else
     local vote_from = tonumber(admitted[2])
     local since = tonumber(admitted[3])
@@ -130,16 +135,7 @@ end
 -- slot_lost(marker) starts the slot's quarantine now, with an empty ledger, and answers it.
 local function slot_lost(marker)
   local left = policy_max_ttl + policy_window
-  local history = info_field(info_reply, 'master_replid')
-  redis.set_repl(redis.REPL_NONE)
-  local written = redis.pcall('DEL', marker)
-  if not (type(written) == 'table' and written.err) then
-    written = redis.pcall('HSET', marker, 'history', history, 'since', now, 'vote_from', now + left)
-  end
-  redis.set_repl(redis.REPL_ALL)
-  if type(written) == 'table' and written.err then
-    error(written)
-  end
+  quarantine_from_now(marker, info_field(info_reply, 'master_replid'), left)
   admission_answers[marker] = {3, left}
   return {3, left}
 end
