@@ -599,34 +599,35 @@ impl Engine {
         };
         let marker = admission_key(prefix);
         let keys = vec![marker.as_str().into(), policy.as_str().into()];
-        let args = vec![
-            Value::from(adopted.max_ttl_ms.to_string()),
-            Value::from(adopted.write_window_ms.to_string()),
-        ];
         let adoptions = self
             .groups
             .iter()
             .zip(targets)
             .filter(|(_, target)| **target)
             .map(|(group, _)| {
-                let (keys, args) = (keys.clone(), args.clone());
+                let keys = keys.clone();
                 async move {
+                    let adopted = own_window(group, adopted).await;
+                    let args = vec![
+                        Value::from(adopted.max_ttl_ms.to_string()),
+                        Value::from(adopted.write_window_ms.to_string()),
+                    ];
                     let replies = group
                         .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Adopt, keys, args)
                         .await;
                     // Adopted where any part lacked the policy; unanswered where any part
                     // did not answer, so the next vote tries again.
-                    let adopted = replies.iter().any(
+                    let done = replies.iter().any(
                         |reply| matches!(reply, Reply::Answer(values) if integer(values.first()) == Some(1)),
                     );
                     let reply = match replies.iter().find(|reply| !matches!(reply, Reply::Answer(_))) {
                         Some(_) => Reply::Timeout,
-                        None => Reply::Answer(vec![Value::from(i64::from(adopted))]),
+                        None => Reply::Answer(vec![Value::from(i64::from(done))]),
                     };
-                    (group, reply)
+                    (group, adopted, reply)
                 }
             });
-        for (group, reply) in futures::future::join_all(adoptions).await {
+        for (group, adopted, reply) in futures::future::join_all(adoptions).await {
             match reply {
                 Reply::Answer(values) if integer(values.first()) == Some(1) => tracing::info!(
                     group = group.name,
@@ -641,6 +642,28 @@ impl Engine {
                     "adopting a lock policy did not answer; the next vote tries again"
                 ),
             }
+        }
+    }
+}
+
+/// The adopted policy with at least the write window `group`'s own masters need: the
+/// others' policy says nothing about a group that runs a longer `min-replicas-max-lag` or
+/// `cluster-node-timeout`. Settings that cannot be read leave the adopted policy as it is,
+/// with a warning naming the group.
+async fn own_window(group: &crate::group::Group, adopted: Policy) -> Policy {
+    match read_write_settings(group).await {
+        Ok(settings) => Policy {
+            write_window_ms: adopted.write_window_ms.max(settings.needed_window_ms()),
+            ..adopted
+        },
+        Err(unread) => {
+            tracing::warn!(
+                group = group.name,
+                reason = %unread,
+                write_window_ms = adopted.write_window_ms,
+                "cannot read the settings that bound this group's write window: it adopts the other groups' window, which may not cover what its masters need; check it with `quorumlock health`"
+            );
+            adopted
         }
     }
 }
