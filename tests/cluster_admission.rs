@@ -84,3 +84,49 @@ async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replic
     let _ = call(primary, &["CLUSTER", "SETSLOT", "0", "STABLE"]).await;
     locks.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_group_with_one_primary_at_min_replicas_max_lag_0_is_refused_naming_that_primary()
+{
+    let dir = temp_dir();
+    let lab = start_lab(LabSpec {
+        groups: 3,
+        sentinels: 0,
+        replicas: 1,
+        cluster: Some(ClusterShape { shards: 2 }),
+        ..LabSpec::new(dir.path())
+    })
+    .await;
+    let status = lab.status().await;
+    // One primary of g1 turns min-replicas-to-write off with a lag of 0; the other keeps the
+    // lab's lag, which a merge per setting took instead.
+    let weak = port_of(&status, 0, 1, NodeKind::Master);
+    assert_eq!(
+        call(weak, &["CONFIG", "SET", "min-replicas-max-lag", "0"]).await,
+        Some(Reply::Text("OK".into()))
+    );
+    let locks = connect(lab.topology()).await;
+    let admitted = locks
+        .admit(&AdmitOptions {
+            groups: vec!["g1".into()],
+            force: true,
+            ..AdmitOptions::new(lab.spec().max_ttl_ms)
+        })
+        .await
+        .expect("admit answers");
+    let error = admitted[0].error.as_deref().unwrap_or_default();
+    assert!(
+        error.contains(&format!(":{weak} has replicas and min-replicas-max-lag 0")),
+        "g1 was not refused naming its primary on port {weak}: {admitted:?}"
+    );
+    let health = locks.health().await;
+    assert!(
+        health.groups[0]
+            .unsafe_settings
+            .iter()
+            .any(|s| s.contains(&format!("min-replicas-max-lag is 0 on 127.0.0.1:{weak}"))),
+        "{:?}",
+        health.groups[0]
+    );
+    locks.close().await;
+}

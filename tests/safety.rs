@@ -834,3 +834,34 @@ async fn admit_refuses_a_master_with_replicas_and_min_replicas_to_write_0_naming
         health.groups[2]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_group_with_a_larger_lag_than_the_others_adopts_at_least_its_own_window_after_losing_its_data()
+ {
+    let mut fx = common::sentinel_lab().await;
+    fx.lab.restart(1).await.expect("restart g2 empty");
+    // Set after the restart: the node's config file still has the lab's lag.
+    fx.lab
+        .run_on_master(1, &["CONFIG", "SET", "min-replicas-max-lag", "60"])
+        .await
+        .expect("CONFIG SET");
+    let needed = quorumlock::protocol::Policy::write_window_for(60);
+    let adopted = poll_until(Duration::from_secs(30), || async {
+        if let Ok(lease) = fx.locks.acquire("adopted").ttl(1_000 * MS).await {
+            let _ = lease.release().await;
+        }
+        fx.locks.health().await.groups[1].policy
+    })
+    .await
+    .expect("g2 adopted a policy");
+    assert!(
+        adopted.write_window_ms >= needed,
+        "g2 adopted {adopted:?}, below the {needed} ms its min-replicas-max-lag 60 needs"
+    );
+    let others = fx.locks.health().await.groups[0].policy;
+    assert_eq!(
+        others.map(|p| p.write_window_ms),
+        Some(fx.lab.spec().policy().write_window_ms),
+        "only g2 needs the larger window"
+    );
+}

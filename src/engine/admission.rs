@@ -12,7 +12,7 @@ use fred::types::Value;
 
 use crate::engine::clock::millis;
 use crate::engine::error::{AdmitRefusal, Error};
-use crate::engine::health::{WriteSettings, read_write_settings};
+use crate::engine::health::{GroupSettings, read_write_settings};
 use crate::engine::locks::{Engine, Locks};
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
@@ -38,7 +38,8 @@ pub struct AdmitOptions {
     pub max_ttl_ms: u64,
     /// The write window of an old master cut off from its replicas or its cluster. `None`:
     /// computed for each group from what its masters run (`min-replicas-to-write`,
-    /// `min-replicas-max-lag`, `cluster-node-timeout`; a Cluster group's weakest primary).
+    /// `min-replicas-max-lag`, `cluster-node-timeout`; the largest any Cluster primary
+    /// needs).
     /// A window below what a group's masters need is refused unless `allow_short_window`.
     pub write_window_ms: Option<u64>,
     /// How long the masters sit out before they vote: zero for a brand-new deployment; the
@@ -52,8 +53,9 @@ pub struct AdmitOptions {
     /// Admit a master with replicas and `min-replicas-to-write 0` (or
     /// `min-replicas-max-lag 0`): cut off from its replicas it grants with no end.
     pub allow_unreplicated_writes: bool,
-    /// Admit a group whose settings cannot be read, under the `write_window_ms` given
-    /// (required then).
+    /// Admit a group whose settings cannot be read (on any one of its masters), under the
+    /// `write_window_ms` given (required then): with nothing read, both the unreplicated
+    /// check and the window check are skipped for the whole group.
     pub allow_unread_settings: bool,
 }
 
@@ -78,7 +80,7 @@ impl AdmitOptions {
     fn window_for(
         &self,
         group: &str,
-        settings: Result<WriteSettings, String>,
+        settings: Result<GroupSettings, String>,
     ) -> Result<u64, AdmitRefusal> {
         let settings = match (settings, self.write_window_ms) {
             (Ok(settings), _) => settings,
@@ -90,11 +92,12 @@ impl AdmitOptions {
                 });
             }
         };
-        if let Some(setting) = settings.unreplicated()
+        if let Some((primary, setting)) = settings.unreplicated()
             && !self.allow_unreplicated_writes
         {
             return Err(AdmitRefusal::UnreplicatedWrites {
                 group: group.to_string(),
+                primary: primary.to_string(),
                 setting,
             });
         }
@@ -104,11 +107,12 @@ impl AdmitOptions {
         let short = settings
             .bounds()
             .into_iter()
-            .filter(|bound| bound.needed_ms > window)
-            .max_by_key(|bound| bound.needed_ms);
+            .filter(|(_, bound)| bound.needed_ms > window)
+            .max_by_key(|(_, bound)| bound.needed_ms);
         match short {
-            Some(bound) if !self.allow_short_window => Err(AdmitRefusal::ShortWindow {
+            Some((primary, bound)) if !self.allow_short_window => Err(AdmitRefusal::ShortWindow {
                 group: group.to_string(),
+                primary: primary.to_string(),
                 setting: bound.setting,
                 value: bound.value,
                 needed_ms: bound.needed_ms,
@@ -249,7 +253,9 @@ impl Locks {
                 };
                 // The window that covers what this group's masters run, from the reading
                 // `health` shows.
-                let settings = read_write_settings(group).await;
+                let settings = read_write_settings(group)
+                    .await
+                    .map_err(|unread| unread.reason);
                 let write_window_ms = match options.window_for(&group.name, settings) {
                     Ok(window) => window,
                     Err(refusal) => {
@@ -593,34 +599,35 @@ impl Engine {
         };
         let marker = admission_key(prefix);
         let keys = vec![marker.as_str().into(), policy.as_str().into()];
-        let args = vec![
-            Value::from(adopted.max_ttl_ms.to_string()),
-            Value::from(adopted.write_window_ms.to_string()),
-        ];
         let adoptions = self
             .groups
             .iter()
             .zip(targets)
             .filter(|(_, target)| **target)
             .map(|(group, _)| {
-                let (keys, args) = (keys.clone(), args.clone());
+                let keys = keys.clone();
                 async move {
+                    let adopted = own_window(group, adopted).await;
+                    let args = vec![
+                        Value::from(adopted.max_ttl_ms.to_string()),
+                        Value::from(adopted.write_window_ms.to_string()),
+                    ];
                     let replies = group
                         .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Adopt, keys, args)
                         .await;
                     // Adopted where any part lacked the policy; unanswered where any part
                     // did not answer, so the next vote tries again.
-                    let adopted = replies.iter().any(
+                    let done = replies.iter().any(
                         |reply| matches!(reply, Reply::Answer(values) if integer(values.first()) == Some(1)),
                     );
                     let reply = match replies.iter().find(|reply| !matches!(reply, Reply::Answer(_))) {
                         Some(_) => Reply::Timeout,
-                        None => Reply::Answer(vec![Value::from(i64::from(adopted))]),
+                        None => Reply::Answer(vec![Value::from(i64::from(done))]),
                     };
-                    (group, reply)
+                    (group, adopted, reply)
                 }
             });
-        for (group, reply) in futures::future::join_all(adoptions).await {
+        for (group, adopted, reply) in futures::future::join_all(adoptions).await {
             match reply {
                 Reply::Answer(values) if integer(values.first()) == Some(1) => tracing::info!(
                     group = group.name,
@@ -639,17 +646,45 @@ impl Engine {
     }
 }
 
+/// The adopted policy with at least the write window `group`'s own masters need: the
+/// others' policy says nothing about a group that runs a longer `min-replicas-max-lag` or
+/// `cluster-node-timeout`. Settings that cannot be read leave the adopted policy as it is,
+/// with a warning naming the group.
+async fn own_window(group: &crate::group::Group, adopted: Policy) -> Policy {
+    match read_write_settings(group).await {
+        Ok(settings) => Policy {
+            write_window_ms: adopted.write_window_ms.max(settings.needed_window_ms()),
+            ..adopted
+        },
+        Err(unread) => {
+            tracing::warn!(
+                group = group.name,
+                reason = %unread,
+                write_window_ms = adopted.write_window_ms,
+                "cannot read the settings that bound this group's write window: it adopts the other groups' window, which may not cover what its masters need; check it with `quorumlock health`"
+            );
+            adopted
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::health::ReplicaSetting;
+    use crate::engine::health::{PrimarySettings, ReplicaSetting, WriteSettings};
 
-    fn settings(pairs: &[(&str, &str)], replicas: bool) -> Result<WriteSettings, String> {
+    /// One master at `m:1` running `pairs`.
+    fn settings(pairs: &[(&str, &str)], replicas: bool) -> Result<GroupSettings, String> {
         let config: Vec<(String, String)> = pairs
             .iter()
             .map(|(key, value)| (key.to_string(), value.to_string()))
             .collect();
-        Ok(WriteSettings::read(&config, replicas))
+        Ok(GroupSettings {
+            primaries: vec![PrimarySettings {
+                primary: "m:1".to_string(),
+                settings: WriteSettings::read(&config, replicas),
+            }],
+        })
     }
 
     const LAG_10: &[(&str, &str)] = &[
@@ -687,6 +722,7 @@ mod tests {
             refused,
             Err(AdmitRefusal::ShortWindow {
                 group: "g2".into(),
+                primary: "m:1".into(),
                 setting: crate::engine::health::WindowSetting::MinReplicasMaxLag,
                 value: 10,
                 needed_ms: 12_000,
@@ -740,6 +776,7 @@ mod tests {
                 options.window_for("g3", settings(pairs, true)),
                 Err(AdmitRefusal::UnreplicatedWrites {
                     group: "g3".into(),
+                    primary: "m:1".into(),
                     setting
                 })
             );

@@ -111,11 +111,13 @@ pub enum Error {
 pub enum AdmitRefusal {
     /// The window asked for is below what a setting of the master needs.
     #[error(
-        "{group}: {setting} {value} {} on its master lets a master cut off from its replicas or its cluster take writes for up to {needed_ms} ms, longer than the write window of {window_ms} ms asked for: leave --write-window-ms out to admit it under {needed_ms} ms, or accept the gap with --allow-short-window (health then flags it)",
+        "{group}: {setting} {value} {} on {primary} lets a master cut off from its replicas or its cluster take writes for up to {needed_ms} ms, longer than the write window of {window_ms} ms asked for: leave --write-window-ms out to admit it under {needed_ms} ms, or accept the gap with --allow-short-window (health then flags it)",
         if matches!(setting, WindowSetting::MinReplicasMaxLag) { "s" } else { "ms" }
     )]
     ShortWindow {
         group: String,
+        /// The master (Cluster primary) that needs the window, `host:port`.
+        primary: String,
         setting: WindowSetting,
         value: u64,
         needed_ms: u64,
@@ -124,10 +126,12 @@ pub enum AdmitRefusal {
     /// The master has replicas but takes writes without them, so no window covers an old
     /// master cut off from them.
     #[error(
-        "{group}: its master has replicas and {setting} 0, so once cut off from them it goes on granting after Sentinel or the cluster promoted one, and no write window covers that: set min-replicas-to-write 1 and min-replicas-max-lag 10 on every data node of {group} (CONFIG SET, and in its config file), then admit it; or accept the risk with --allow-unreplicated-writes (health then flags it)"
+        "{group}: its master {primary} has replicas and {setting} 0, so once cut off from them it goes on granting after Sentinel or the cluster promoted one, and no write window covers that: set min-replicas-to-write 1 and min-replicas-max-lag 10 on every data node of {group} (CONFIG SET, and in its config file), then admit it; or accept the risk with --allow-unreplicated-writes (health then flags it)"
     )]
     UnreplicatedWrites {
         group: String,
+        /// The master (Cluster primary) that runs the setting, `host:port`.
+        primary: String,
         setting: ReplicaSetting,
     },
     /// The settings that bound the write window could not be read.

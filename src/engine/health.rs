@@ -161,7 +161,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
             Vec::new()
         ),
         sentinel_views(group),
-        group.config(&WRITE_SETTINGS),
+        read_write_settings(group),
     );
     let (latency_ms, error) = match ping {
         Reply::Answer(rtt) => (Some(rtt.as_secs_f64() * 1000.0), None),
@@ -197,7 +197,7 @@ async fn group_health(group: &Group, keys: &AdmissionKeys) -> GroupHealth {
         .max_by_key(|(admission, _)| admission.distance_from_voting())
         .cloned()
         .unwrap_or((Admission::Unknown, None));
-    let unsafe_settings = unsafe_settings(&admission, policy, &replicas, &config);
+    let unsafe_settings = unsafe_settings(&admission, policy, &config);
     let master = group.connected_master();
     // With no master of the engine's own, the Sentinels are compared with each other.
     let named: Vec<&String> = sentinels
@@ -255,8 +255,8 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
 /// lost most of its cluster in its cron, ten times a second, and then refuses writes.
 const CLUSTER_WINDOW_MARGIN_MS: u64 = 1_000;
 
-/// The settings `health` and `admit` read on a group's master (a Cluster group answers the
-/// weakest value of any primary for each).
+/// The settings `health` and `admit` read on a group's master (on each primary of a Cluster
+/// group).
 pub(crate) const WRITE_SETTINGS: [&str; 4] = [
     "min-replicas-to-write",
     "min-replicas-max-lag",
@@ -405,30 +405,117 @@ impl WriteSettings {
     }
 }
 
-/// Reads a group's [`WriteSettings`] with the same `CONFIG GET` and `INFO replication` that
-/// `health` shows; the error says what could not be read.
-pub(crate) async fn read_write_settings(group: &Group) -> Result<WriteSettings, String> {
-    let (config, info) = tokio::join!(
-        group.config(&WRITE_SETTINGS),
-        group.info(InfoKind::Replication)
-    );
-    let config = match config {
-        Reply::Answer(config) => config,
-        other => return Err(format!("CONFIG GET: {}", describe(&other))),
-    };
-    let replicas = match info {
-        Reply::Answer(text) => !parse_replication(&text).1.is_empty(),
-        other => return Err(format!("INFO replication: {}", describe(&other))),
-    };
-    Ok(WriteSettings::read(&config, replicas))
+/// One master's (one Cluster primary's) [`WriteSettings`], named by its address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PrimarySettings {
+    pub(crate) primary: String,
+    pub(crate) settings: WriteSettings,
 }
 
-/// The settings of a master that break an assumption of docs/safety.md.
+/// The write settings of every master of a group, one per Cluster primary: a setting is
+/// only safe together with the other settings and the replicas of the same primary, so they
+/// are never merged per setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GroupSettings {
+    pub(crate) primaries: Vec<PrimarySettings>,
+}
+
+impl GroupSettings {
+    /// The first primary that takes writes without its replicas, and the setting at 0.
+    pub(crate) fn unreplicated(&self) -> Option<(&str, ReplicaSetting)> {
+        self.primaries.iter().find_map(|primary| {
+            primary
+                .settings
+                .unreplicated()
+                .map(|setting| (primary.primary.as_str(), setting))
+        })
+    }
+
+    /// For each setting that bounds the write window, the primary that needs the largest
+    /// window for it.
+    pub(crate) fn bounds(&self) -> Vec<(&str, WindowBound)> {
+        let mut weakest: Vec<(&str, WindowBound)> = Vec::new();
+        for primary in &self.primaries {
+            for bound in primary.settings.bounds() {
+                match weakest
+                    .iter_mut()
+                    .find(|(_, seen)| seen.setting == bound.setting)
+                {
+                    Some(kept) if kept.1.needed_ms >= bound.needed_ms => {}
+                    Some(kept) => *kept = (primary.primary.as_str(), bound),
+                    None => weakest.push((primary.primary.as_str(), bound)),
+                }
+            }
+        }
+        weakest
+    }
+
+    /// The smallest write window that covers what every primary needs.
+    pub(crate) fn needed_window_ms(&self) -> u64 {
+        self.primaries
+            .iter()
+            .map(|primary| primary.settings.needed_window_ms())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Why a group's write settings could not be read, naming the master.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unread {
+    pub(crate) reason: String,
+    /// The master answered with an error (an ACL without CONFIG GET, say), rather than not
+    /// answering: only then is it a setting problem rather than a group that is down.
+    pub(crate) refused: bool,
+}
+
+impl std::fmt::Display for Unread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+/// Reads a group's [`GroupSettings`] with `CONFIG GET` ([`WRITE_SETTINGS`]) and
+/// `INFO replication` on each master: the one reading both `health` and `admit` use. Any
+/// primary that does not answer makes the whole reading fail, naming it.
+pub(crate) async fn read_write_settings(group: &Group) -> Result<GroupSettings, Unread> {
+    let readings = match group.primary_settings(&WRITE_SETTINGS).await {
+        Reply::Answer(readings) => readings,
+        other => {
+            return Err(Unread {
+                reason: describe(&other),
+                refused: matches!(other, Reply::Failed(_)),
+            });
+        }
+    };
+    let mut primaries = Vec::with_capacity(readings.len());
+    for reading in readings {
+        let unread = |what: &str, reply: &Reply<()>| Unread {
+            reason: format!("{what} on {}: {}", reading.address, describe(reply)),
+            refused: matches!(reply, Reply::Failed(_)),
+        };
+        let config = match reading.config {
+            Reply::Answer(config) => config,
+            other => return Err(unread("CONFIG GET", &other.map(|_| ()))),
+        };
+        let replicas = match reading.info {
+            Reply::Answer(text) => !parse_replication(&text).1.is_empty(),
+            other => return Err(unread("INFO replication", &other.map(|_| ()))),
+        };
+        primaries.push(PrimarySettings {
+            settings: WriteSettings::read(&config, replicas),
+            primary: reading.address,
+        });
+    }
+    Ok(GroupSettings { primaries })
+}
+
+/// The settings of a master that break an assumption of docs/safety.md; a Cluster group
+/// shows each problem of its weakest primary, naming it.
 fn unsafe_settings(
     admission: &Admission,
     policy: Option<Policy>,
-    replicas: &[ReplicaView],
-    config: &Reply<Vec<(String, String)>>,
+    settings: &Result<GroupSettings, Unread>,
 ) -> Vec<String> {
     let mut found = Vec::new();
     if let Admission::Evicts { maxmemory_policy } = admission {
@@ -436,35 +523,35 @@ fn unsafe_settings(
             "maxmemory-policy {maxmemory_policy} with maxmemory set may evict a live lock or fence: set maxmemory-policy noeviction (the master does not vote until then)"
         ));
     }
-    let config = match config {
-        Reply::Answer(config) => config,
+    let settings = match settings {
+        Ok(settings) => settings,
         // Refused (an ACL without CONFIG GET, say): nothing shows whether the write window
         // is bounded. A group that does not answer shows as down instead.
-        Reply::Failed(reason) => {
+        Err(Unread {
+            reason,
+            refused: true,
+        }) => {
             found.push(format!(
                 "cannot read {} ({reason}), so nothing shows how long a master cut off from its replicas takes writes: let this client run CONFIG GET, or check them by hand",
                 WRITE_SETTINGS.join(", ")
             ));
             return found;
         }
-        Reply::Timeout | Reply::NotSent(_) => return found,
+        Err(_) => return found,
     };
-    let settings = WriteSettings::read(config, !replicas.is_empty());
     match settings.unreplicated() {
-        Some(ReplicaSetting::MinReplicasToWrite) => found.push(
-            "min-replicas-to-write is 0: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
-                .to_string(),
-        ),
-        Some(ReplicaSetting::MinReplicasMaxLag) => found.push(
-            "min-replicas-max-lag is 0, which turns min-replicas-to-write off: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-max-lag 10"
-                .to_string(),
-        ),
+        Some((primary, ReplicaSetting::MinReplicasToWrite)) => found.push(format!(
+            "min-replicas-to-write is 0 on {primary}: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-to-write 1 and min-replicas-max-lag"
+        )),
+        Some((primary, ReplicaSetting::MinReplicasMaxLag)) => found.push(format!(
+            "min-replicas-max-lag is 0 on {primary}, which turns min-replicas-to-write off: a master cut off from its replica keeps granting after Sentinel or the cluster promoted the replica; set min-replicas-max-lag 10"
+        )),
         None => {}
     }
     let Some(policy) = policy else {
         return found;
     };
-    for bound in settings.bounds() {
+    for (primary, bound) in settings.bounds() {
         if policy.write_window_ms >= bound.needed_ms {
             continue;
         }
@@ -476,11 +563,11 @@ fn unsafe_settings(
         let unit = setting.unit();
         found.push(match setting {
             WindowSetting::ClusterNodeTimeout => format!(
-                "{setting} {value} {unit} lets a primary cut off from most of its cluster take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
+                "{setting} {value} {unit} on {primary} lets a primary cut off from most of its cluster take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
                 policy.write_window_ms
             ),
             WindowSetting::MinReplicasMaxLag => format!(
-                "{setting} {value} {unit} lets an isolated master take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
+                "{setting} {value} {unit} on {primary} lets an isolated master take writes for up to {needed_ms} ms, longer than the lock policy's write window of {} ms: raise it with `quorumlock admit --write-window-ms {needed_ms}`",
                 policy.write_window_ms
             ),
         });
@@ -561,28 +648,86 @@ async fn sentinel_views(group: &Group) -> Vec<SentinelView> {
 mod tests {
     use super::*;
 
+    fn primary(address: &str, pairs: &[(&str, &str)], replicas: bool) -> PrimarySettings {
+        let config: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect();
+        PrimarySettings {
+            primary: address.to_string(),
+            settings: WriteSettings::read(&config, replicas),
+        }
+    }
+
     #[test]
     fn a_cluster_node_timeout_longer_than_the_write_window_is_unsafe() {
         let config = |timeout: &str| {
-            Reply::Answer(vec![
-                ("cluster-enabled".to_string(), "yes".to_string()),
-                ("cluster-node-timeout".to_string(), timeout.to_string()),
-            ])
+            Ok(GroupSettings {
+                primaries: vec![primary(
+                    "a:1",
+                    &[
+                        ("cluster-enabled", "yes"),
+                        ("cluster-node-timeout", timeout),
+                    ],
+                    false,
+                )],
+            })
         };
         let policy = Some(Policy {
             max_ttl_ms: 60_000,
             write_window_ms: 12_000,
         });
-        let found = unsafe_settings(&Admission::Voting, policy, &[], &config("15000"));
+        let found = unsafe_settings(&Admission::Voting, policy, &config("15000"));
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("--write-window-ms 16000"), "{found:?}");
-        assert!(unsafe_settings(&Admission::Voting, policy, &[], &config("11000")).is_empty());
+        assert!(unsafe_settings(&Admission::Voting, policy, &config("11000")).is_empty());
         // Not a cluster node: the node timeout says nothing.
-        let plain = Reply::Answer(vec![
-            ("cluster-enabled".to_string(), "no".to_string()),
-            ("cluster-node-timeout".to_string(), "15000".to_string()),
-        ]);
-        assert!(unsafe_settings(&Admission::Voting, policy, &[], &plain).is_empty());
+        let plain = Ok(GroupSettings {
+            primaries: vec![primary(
+                "a:1",
+                &[("cluster-enabled", "no"), ("cluster-node-timeout", "15000")],
+                false,
+            )],
+        });
+        assert!(unsafe_settings(&Admission::Voting, policy, &plain).is_empty());
+    }
+
+    #[test]
+    fn a_cluster_group_shows_its_weakest_primarys_problem_naming_it() {
+        let cluster = |lag: &'static str| {
+            [
+                ("min-replicas-to-write", "1"),
+                ("min-replicas-max-lag", lag),
+                ("cluster-enabled", "yes"),
+                ("cluster-node-timeout", "1000"),
+            ]
+        };
+        // A lag of 0 on one primary is not hidden by a larger lag on another, and the
+        // first primary having no replica does not hide the others'.
+        let settings = GroupSettings {
+            primaries: vec![
+                primary("a:1", &cluster("10"), false),
+                primary("b:2", &cluster("10"), true),
+                primary("c:3", &cluster("0"), true),
+            ],
+        };
+        assert_eq!(
+            settings.unreplicated(),
+            Some(("c:3", ReplicaSetting::MinReplicasMaxLag))
+        );
+        assert_eq!(settings.needed_window_ms(), Policy::write_window_for(10));
+        let policy = Some(Policy {
+            max_ttl_ms: 60_000,
+            write_window_ms: 2_000,
+        });
+        let found = unsafe_settings(&Admission::Voting, policy, &Ok(settings));
+        assert!(found[0].contains("is 0 on c:3"), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|s| s.contains("min-replicas-max-lag 10 s on b:2")),
+            "{found:?}"
+        );
     }
 
     #[test]

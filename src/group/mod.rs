@@ -533,33 +533,31 @@ impl Group {
         }
     }
 
-    /// The values of the configuration parameters `names` (`CONFIG GET`) on the master,
-    /// within the per-call timeout. A Cluster group answers, for each, the weakest value of
-    /// any of its primaries (see [`weakest`]), so one shard set unsafely shows.
-    pub async fn config(&self, names: &[&str]) -> Reply<Vec<(String, String)>> {
-        let cluster = match &self.nodes {
-            Nodes::Master(master) => return master.config(names).await,
-            Nodes::Cluster(cluster) => cluster,
-        };
-        let shards = cluster.shards();
-        if shards.is_empty() {
-            return Reply::NotSent(NO_PRIMARY);
-        }
-        let replies =
-            futures::future::join_all(shards.iter().map(|shard| shard.master.config(names))).await;
-        let mut merged: Vec<(String, String)> = Vec::new();
-        for reply in replies {
-            let Reply::Answer(values) = reply else {
-                return reply;
-            };
-            for (name, value) in values {
-                match merged.iter_mut().find(|(seen, _)| *seen == name) {
-                    Some((_, kept)) => *kept = weakest(&name, kept, &value),
-                    None => merged.push((name, value)),
+    /// `CONFIG GET names` and `INFO replication` on the master, or on every primary of a
+    /// Cluster group, each within the per-call timeout and named by its address. Read per
+    /// primary, not merged per setting: whether a primary's writes are bounded depends on
+    /// its settings together with its own replicas.
+    pub(crate) async fn primary_settings(&self, names: &[&str]) -> Reply<Vec<PrimaryReading>> {
+        match &self.nodes {
+            Nodes::Master(master) => {
+                let address = master
+                    .connected_master()
+                    .unwrap_or_else(|| "(address unknown)".to_string());
+                Reply::Answer(vec![PrimaryReading::read(address, master, names).await])
+            }
+            Nodes::Cluster(cluster) => {
+                let shards = cluster.shards();
+                if shards.is_empty() {
+                    return Reply::NotSent(NO_PRIMARY);
                 }
+                Reply::Answer(
+                    futures::future::join_all(shards.iter().map(|shard| {
+                        PrimaryReading::read(shard.address.clone(), &shard.master, names)
+                    }))
+                    .await,
+                )
             }
         }
-        Reply::Answer(merged)
     }
 
     /// `host:port` of the master the client is connected to now (every primary of a Cluster
@@ -688,13 +686,27 @@ impl Group {
 const NO_PRIMARY: &str = "no primary of the Cluster group is known yet";
 const NOT_A_CLUSTER: &str = "the group is not a Redis Cluster: it has no hash slots";
 
-/// Of two primaries' values of one setting, the one that leaves the lock less safe: the
-/// fewer replicas a write needs, the longer lag or node timeout; the first for any other.
-fn weakest(name: &str, first: &str, second: &str) -> String {
-    match (first.parse::<u64>(), second.parse::<u64>()) {
-        (Ok(a), Ok(b)) if name == "min-replicas-to-write" => a.min(b).to_string(),
-        (Ok(a), Ok(b)) => a.max(b).to_string(),
-        _ => first.to_string(),
+/// What one master (one primary of a Cluster group) answered about its write settings.
+#[derive(Debug, Clone)]
+pub(crate) struct PrimaryReading {
+    /// `host:port`.
+    pub address: String,
+    pub config: Reply<Vec<(String, String)>>,
+    /// `INFO replication`.
+    pub info: Reply<String>,
+}
+
+impl PrimaryReading {
+    async fn read(address: String, master: &Master, names: &[&str]) -> Self {
+        let (config, info) = tokio::join!(
+            master.config(names),
+            master.info(fred::types::InfoKind::Replication)
+        );
+        PrimaryReading {
+            address,
+            config,
+            info,
+        }
     }
 }
 
@@ -710,18 +722,5 @@ impl FirstMaster<'_> {
             FirstMaster::Own(master) => master,
             FirstMaster::Shard(shard) => &shard.master,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::weakest;
-
-    #[test]
-    fn a_cluster_group_shows_its_weakest_primarys_settings() {
-        assert_eq!(weakest("min-replicas-to-write", "1", "0"), "0");
-        assert_eq!(weakest("min-replicas-max-lag", "1", "10"), "10");
-        assert_eq!(weakest("cluster-node-timeout", "15000", "500"), "15000");
-        assert_eq!(weakest("cluster-enabled", "yes", "yes"), "yes");
     }
 }
