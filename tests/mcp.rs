@@ -882,6 +882,30 @@ async fn readyz_turns_503_while_no_majority_votes_and_200_once_one_does_again() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_on_a_topology_whose_max_ttl_is_below_the_default_minimum_starts_without_flags() {
+    let fx = common::fixture(
+        |spec| quorumlock::lab::LabSpec {
+            max_ttl_ms: 3_000,
+            ..common::plain(spec)
+        },
+        |topology| topology,
+    )
+    .await;
+    within(Duration::from_secs(60), async {
+        let server = stdio_server(&fx.lab.config_path(), &[]).await;
+        let granted = ok(
+            &server.client,
+            "acquire_lock",
+            json!({"resource": "short", "ttl_ms": 3000}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true), "{granted}");
+        server.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_requires_the_bearer_token() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {

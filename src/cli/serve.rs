@@ -31,6 +31,10 @@ Examples:
   quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP
   quorumlock --lab serve --bench-sessions 1000 --bench-seconds 60   # 1000 sessions holding keepalive leases, 64 more acquiring";
 
+/// The shortest ttl_ms agents may ask for, unless set: a margin against clock drift and
+/// process pauses.
+const DEFAULT_MIN_TTL_MS: u64 = 5_000;
+
 #[derive(Debug, Clone, Args)]
 #[command(after_help = AFTER_HELP)]
 pub struct ServeArgs {
@@ -63,8 +67,9 @@ pub struct ServeArgs {
     #[arg(long, env = "QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
     max_concurrent_calls: u64,
     /// Shortest ttl_ms agents may ask for: a margin against clock drift and process pauses.
-    #[arg(long, env = "QUORUMLOCK_MCP_MIN_TTL_MS", default_value_t = 5_000)]
-    min_ttl_ms: u64,
+    /// Default: 5000, or the longest ttl_ms agents may ask for when that is shorter.
+    #[arg(long, env = "QUORUMLOCK_MCP_MIN_TTL_MS")]
+    min_ttl_ms: Option<u64>,
     /// Longest ttl_ms agents may ask for (use keepalive for longer work).
     /// Default: the topology's max_ttl_ms (60000 unless configured), which is also the most
     /// this may be.
@@ -109,9 +114,14 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         topology.max_hold_ms = max_hold_ms;
         topology.validate()?;
     }
+    let max_ttl_ms = args.max_ttl_ms.unwrap_or(topology.max_ttl_ms);
     let limits = Limits {
-        min_ttl: Duration::from_millis(args.min_ttl_ms),
-        max_ttl: Duration::from_millis(args.max_ttl_ms.unwrap_or(topology.max_ttl_ms)),
+        // A topology whose policy allows less than the default still serves.
+        min_ttl: Duration::from_millis(
+            args.min_ttl_ms
+                .unwrap_or(DEFAULT_MIN_TTL_MS.min(max_ttl_ms)),
+        ),
+        max_ttl: Duration::from_millis(max_ttl_ms),
     };
     limits.validate(topology.max_ttl())?;
     if args.bench {
