@@ -706,14 +706,6 @@ impl Lab {
         to: usize,
         slots: RangeInclusive<u16>,
     ) -> Result<MigrationReport, LabError> {
-        self.check_shard(group, from)?;
-        self.check_shard(group, to)?;
-        if from == to {
-            return Err(LabError::InvalidArgument {
-                field: "to",
-                reason: format!("is shard s{} too; pick another shard", from + 1),
-            });
-        }
         if slots.is_empty() || *slots.end() >= CLUSTER_SLOTS {
             return Err(LabError::InvalidArgument {
                 field: "slots",
@@ -725,37 +717,26 @@ impl Lab {
                 ),
             });
         }
-        let source = self.running_primary_index(group, from).await?;
-        let target = self.running_primary_index(group, to).await?;
-        let (source_id, target_id) = (
-            self.node_id(source).to_string(),
-            self.node_id(target).to_string(),
-        );
-        self.check_serves(source, &source_id, &slots).await?;
-        let target_port = self.state.nodes[target].port.to_string();
-        let password = self.state.spec.password.clone();
+        let ends = self.move_ends(group, from, to, &slots).await?;
+        let MoveEnds {
+            source,
+            target,
+            ref target_id,
+            ref target_port,
+            ref password,
+            ..
+        } = ends;
         let mut keys = 0;
         for slot in slots.clone() {
             let slot_text = slot.to_string();
-            self.call_node(
-                target,
-                &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &source_id],
-                CONTROL_TIMEOUT,
-            )
-            .await?;
-            self.call_node(
-                source,
-                &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target_id],
-                CONTROL_TIMEOUT,
-            )
-            .await?;
+            self.open_slot(&ends, &slot_text).await?;
             keys += self
-                .move_keys(source, &slot_text, &target_port, password.as_deref(), None)
+                .move_keys(source, &slot_text, target_port, password.as_deref(), None)
                 .await?;
             for node in [target, source] {
                 self.call_node(
                     node,
-                    &["CLUSTER", "SETSLOT", &slot_text, "NODE", &target_id],
+                    &["CLUSTER", "SETSLOT", &slot_text, "NODE", target_id],
                     CONTROL_TIMEOUT,
                 )
                 .await?;
@@ -763,7 +744,7 @@ impl Lab {
         }
         let moved = Agreement::Moved {
             slots: slots.clone(),
-            to: target_id,
+            to: target_id.clone(),
         };
         self.wait_agreement(&[group], &moved, Instant::now() + SETTLE_TIMEOUT)
             .await?;
@@ -789,43 +770,16 @@ impl Lab {
         keys: usize,
         interruption: Interruption,
     ) -> Result<MigrationReport, LabError> {
-        self.check_shard(group, from)?;
-        self.check_shard(group, to)?;
-        if from == to {
-            return Err(LabError::InvalidArgument {
-                field: "to",
-                reason: format!("is shard s{} too; pick another shard", from + 1),
-            });
-        }
-        let source = self.running_primary_index(group, from).await?;
-        let target = self.running_primary_index(group, to).await?;
-        let (source_id, target_id) = (
-            self.node_id(source).to_string(),
-            self.node_id(target).to_string(),
-        );
-        self.check_serves(source, &source_id, &(slot..=slot))
-            .await?;
-        let target_port = self.state.nodes[target].port.to_string();
-        let password = self.state.spec.password.clone();
+        let ends = self.move_ends(group, from, to, &(slot..=slot)).await?;
+        let (source, target) = (ends.source, ends.target);
         let slot_text = slot.to_string();
-        self.call_node(
-            target,
-            &["CLUSTER", "SETSLOT", &slot_text, "IMPORTING", &source_id],
-            CONTROL_TIMEOUT,
-        )
-        .await?;
-        self.call_node(
-            source,
-            &["CLUSTER", "SETSLOT", &slot_text, "MIGRATING", &target_id],
-            CONTROL_TIMEOUT,
-        )
-        .await?;
+        self.open_slot(&ends, &slot_text).await?;
         let moved = self
             .move_keys(
                 source,
                 &slot_text,
-                &target_port,
-                password.as_deref(),
+                &ends.target_port,
+                ends.password.as_deref(),
                 Some(keys),
             )
             .await?;
@@ -846,6 +800,55 @@ impl Lab {
             slots: 1,
             keys: moved,
         })
+    }
+
+    /// The two primaries of a move of `slots` from shard `from` to shard `to` of `group`,
+    /// checked: distinct shards, both running, and the source serving every slot.
+    async fn move_ends(
+        &self,
+        group: usize,
+        from: usize,
+        to: usize,
+        slots: &RangeInclusive<u16>,
+    ) -> Result<MoveEnds, LabError> {
+        self.check_shard(group, from)?;
+        self.check_shard(group, to)?;
+        if from == to {
+            return Err(LabError::InvalidArgument {
+                field: "to",
+                reason: format!("is shard s{} too; pick another shard", from + 1),
+            });
+        }
+        let source = self.running_primary_index(group, from).await?;
+        let target = self.running_primary_index(group, to).await?;
+        let ends = MoveEnds {
+            source,
+            target,
+            source_id: self.node_id(source).to_string(),
+            target_id: self.node_id(target).to_string(),
+            target_port: self.state.nodes[target].port.to_string(),
+            password: self.state.spec.password.clone(),
+        };
+        self.check_serves(source, &ends.source_id, slots).await?;
+        Ok(ends)
+    }
+
+    /// Sets `slot` IMPORTING on the target and MIGRATING on the source, as `redis-cli` does
+    /// before it moves a slot's keys.
+    async fn open_slot(&self, ends: &MoveEnds, slot: &str) -> Result<(), LabError> {
+        self.call_node(
+            ends.target,
+            &["CLUSTER", "SETSLOT", slot, "IMPORTING", &ends.source_id],
+            CONTROL_TIMEOUT,
+        )
+        .await?;
+        self.call_node(
+            ends.source,
+            &["CLUSTER", "SETSLOT", slot, "MIGRATING", &ends.target_id],
+            CONTROL_TIMEOUT,
+        )
+        .await?;
+        Ok(())
     }
 
     /// Refuses a migration of slots the source does not serve, naming the first one.
@@ -943,6 +946,16 @@ impl Lab {
             moved += keys.len();
         }
     }
+}
+
+/// The primaries of a slot move, by node index, with what the move's commands need.
+struct MoveEnds {
+    source: usize,
+    target: usize,
+    source_id: String,
+    target_id: String,
+    target_port: String,
+    password: Option<String>,
 }
 
 #[cfg(test)]
