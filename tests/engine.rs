@@ -234,13 +234,15 @@ async fn frozen_masters_cost_at_most_the_call_timeout() {
         .expect_err("no quorum");
     let took = started.elapsed();
     assert!(error.is_unavailable(), "{error}");
+    // A frozen master either times out, or still holds an earlier call (the release's
+    // retry) so this one waits behind it and is reported as not sent.
+    let unanswered = |vote: &Vote| match vote {
+        Vote::Timeout => true,
+        Vote::Error { message } => message.starts_with("not sent"),
+        _ => false,
+    };
     assert!(
-        error
-            .votes()
-            .iter()
-            .filter(|v| v.vote == Vote::Timeout)
-            .count()
-            >= 3,
+        error.votes().iter().filter(|v| unanswered(&v.vote)).count() >= 3,
         "{error}"
     );
     assert!(
@@ -257,7 +259,7 @@ async fn frozen_masters_cost_at_most_the_call_timeout() {
         status
             .groups
             .iter()
-            .filter(|g| g.state == "timeout")
+            .filter(|g| g.state == "timeout" || g.state == "error")
             .count(),
         3
     );
