@@ -307,7 +307,8 @@ fn the_model_takes_its_constants_from_the_code() {
         pol.policy(),
         Policy {
             max_ttl_ms: 3,
-            write_window_ms: 1
+            write_window_ms: 1,
+            acked_replicas: 0,
         }
     );
     assert_eq!(Pol::from_policy(pol.policy()), pol);

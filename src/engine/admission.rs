@@ -26,6 +26,9 @@ pub(crate) fn parse_policy(values: &[Value]) -> Option<Policy> {
     Some(Policy {
         max_ttl_ms: integer(values.first())?,
         write_window_ms: integer(values.get(1)).unwrap_or(0),
+        acked_replicas: integer(values.get(2))
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
     })
 }
 
@@ -268,6 +271,7 @@ impl Locks {
                 let asked = Policy {
                     max_ttl_ms: options.max_ttl_ms,
                     write_window_ms,
+                    acked_replicas: 0,
                 };
                 let largest = held.iter().copied().fold(asked, Policy::merge);
                 let covered = millis(options.delay) >= largest.quarantine_ms();
@@ -814,7 +818,8 @@ mod tests {
             parse_policy(&[Value::Integer(60_000), Value::Integer(3_000)]),
             Some(Policy {
                 max_ttl_ms: 60_000,
-                write_window_ms: 3_000
+                write_window_ms: 3_000,
+                acked_replicas: 0,
             })
         );
         assert_eq!(parse_policy(&[]), None);

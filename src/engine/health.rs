@@ -231,6 +231,7 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
         (Some(max_ttl_ms), Some(window)) if max_ttl_ms >= 0 => Some(Policy {
             max_ttl_ms: max_ttl_ms as u64,
             write_window_ms: window.max(0) as u64,
+            acked_replicas: 0,
         }),
         _ => None,
     };
@@ -676,6 +677,7 @@ mod tests {
         let policy = Some(Policy {
             max_ttl_ms: 60_000,
             write_window_ms: 12_000,
+            acked_replicas: 0,
         });
         let found = unsafe_settings(&Admission::Voting, policy, &config("15000"));
         assert_eq!(found.len(), 1, "{found:?}");
@@ -719,6 +721,7 @@ mod tests {
         let policy = Some(Policy {
             max_ttl_ms: 60_000,
             write_window_ms: 2_000,
+            acked_replicas: 0,
         });
         let found = unsafe_settings(&Admission::Voting, policy, &Ok(settings));
         assert!(found[0].contains("is 0 on c:3"), "{found:?}");

@@ -27,6 +27,12 @@ pub mod code {
     pub const PERMITS_DIFFER: u64 = 7;
     /// Release: no lock of the call exists on the group, whoever held it.
     pub const ABSENT: u64 = 8;
+    /// Acknowledged mode: the call did not say it waits for as many replicas as the
+    /// master's policy names (the detail); nothing was written.
+    pub const ACKS_REQUIRED: u64 = 9;
+    /// Acknowledged mode: the master does not have exactly the replicas its policy names,
+    /// each in sync (`{10, attached, needed}`); nothing was written.
+    pub const REPLICAS_MISSING: u64 = 10;
 }
 
 /// The shortest life of a fence key after its last grant.
@@ -46,6 +52,12 @@ pub struct Policy {
     /// `min-replicas-max-lag` plus two seconds of Redis's once-a-second checks. 0 for a
     /// master without replicas.
     pub write_window_ms: u64,
+    /// Acknowledged mode when above 0: the number of replicas the master has, every one of
+    /// which must acknowledge a grant or renewal (`WAIT`) before it counts. A replica promoted
+    /// from such a master holds every counted vote, so it takes over its master's admission
+    /// instead of sitting out (docs/safety.md, "Acknowledged mode").
+    #[serde(default)]
+    pub acked_replicas: u32,
 }
 
 impl Policy {
@@ -78,6 +90,7 @@ impl Policy {
         Policy {
             max_ttl_ms: self.max_ttl_ms.max(other.max_ttl_ms),
             write_window_ms: self.write_window_ms.max(other.write_window_ms),
+            acked_replicas: self.acked_replicas.max(other.acked_replicas),
         }
     }
 
@@ -102,10 +115,12 @@ mod tests {
     const SMALL: Policy = Policy {
         max_ttl_ms: 1_000,
         write_window_ms: 3_000,
+        acked_replicas: 0,
     };
     const LARGE: Policy = Policy {
         max_ttl_ms: 300_000,
         write_window_ms: 0,
+        acked_replicas: 0,
     };
 
     #[test]
@@ -119,7 +134,8 @@ mod tests {
             SMALL.merge(LARGE),
             Policy {
                 max_ttl_ms: 300_000,
-                write_window_ms: 3_000
+                write_window_ms: 3_000,
+                acked_replicas: 0,
             }
         );
     }

@@ -344,6 +344,7 @@ impl LabSpec {
         Policy {
             max_ttl_ms: self.max_ttl_ms,
             write_window_ms,
+            acked_replicas: 0,
         }
     }
 

@@ -77,6 +77,7 @@ impl Pol {
         Policy {
             max_ttl_ms: u64::from(self.max_ttl),
             write_window_ms: u64::from(self.write_window),
+            acked_replicas: 0,
         }
     }
 
