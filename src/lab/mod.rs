@@ -285,6 +285,11 @@ pub struct LabSpec {
     /// `replicas` is then the number of replicas of each shard's primary.
     #[serde(default)]
     pub cluster: Option<ClusterShape>,
+    /// Acknowledged mode: the masters' policy names their replicas, every one of which
+    /// acknowledges a grant before it counts, and a promoted replica votes at once
+    /// (docs/safety.md, "Acknowledged mode"). Needs replicas and Sentinel groups.
+    #[serde(default)]
+    pub acknowledged: bool,
 }
 
 /// The lab's `min-replicas-max-lag`: short, so the write window (and with it a promoted
@@ -315,6 +320,7 @@ impl LabSpec {
             links: false,
             binary: None,
             cluster: None,
+            acknowledged: false,
         }
     }
 
@@ -344,7 +350,11 @@ impl LabSpec {
         Policy {
             max_ttl_ms: self.max_ttl_ms,
             write_window_ms,
-            acked_replicas: 0,
+            acked_replicas: if self.acknowledged {
+                u32::try_from(self.replicas).unwrap_or(u32::MAX)
+            } else {
+                0
+            },
         }
     }
 
