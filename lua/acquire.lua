@@ -3,12 +3,13 @@
 -- them, or none. One resource is a set of one. (holder.lua and admission.lua are prepended.)
 -- KEYS: per resource its lock and fence (lock_1, fence_1, ..., lock_k, fence_k), then the
 --       admission marker and the policy
--- ARGV: token, ttl_ms, fence proposal, owner record (JSON)
+-- ARGV: token, ttl_ms, fence proposal, owner record (JSON), replicas the client waits for
 -- Returns {1} granted | {0, pttl_ms, owner record, resource index} held by another token
 --       | {2, stored_fence} | {3, quarantine_left_ms} quarantined (or this slot just found
 --       it lost a lock or fence it granted: see the ledger in admission.lua) | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
-local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
+--       | {9, replicas} | {10, online, replicas, connected} (acknowledged mode)
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2], ARGV[5])
 if refused then
   return refused
 end

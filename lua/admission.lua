@@ -14,17 +14,27 @@
 -- again) lengthens it, since the old master may have granted leases that long.
 -- A master that may evict keys (maxmemory set, with a policy other than noeviction) could
 -- drop a live lock or a fence with no change of history, so it does not vote at all.
+-- Acknowledged mode (policy field acked_replicas > 0): a vote counts only once every one of
+-- the master's replicas acknowledged it (the client's WAIT), so a replica promoted in its
+-- place holds every counted vote. Such a master keeps a replicated copy of its marker, the
+-- record (<prefix>:policy:acked = {history, since, vote_from}). A promoted replica whose
+-- previous history (master_replid2) is the record's takes the record over as its marker and
+-- votes when its old master would have, at once in the usual case. Any other new history (a
+-- restart empty, a replica that restarted or missed the record) sits out as above.
 -- admission(marker, policy) answers nil when the master may vote, else the reply that
 -- refuses the vote: {3, ms_left} quarantined, {4} no policy, or {6, maxmemory_policy}. It
--- sets policy_max_ttl, the longest TTL the master grants, and policy_window. All are kept
--- per marker for the rest of the script run, so a batch of lock calls (batch.lua) reads
--- each once. A Cluster primary has a marker and a policy per slot, and its batches mix slots.
+-- sets policy_max_ttl, the longest TTL the master grants, policy_window and policy_acked.
+-- All are kept per marker for the rest of the script run, so a batch of lock calls
+-- (batch.lua) reads each once. A Cluster primary has a marker and a policy per slot, and its
+-- batches mix slots.
 -- A new history starts with an empty marker: the ledger below belongs to one history.
 local admission_answers = {}
 local policy_ttls = {}
 local policy_windows = {}
+local policy_ackeds = {}
 local policy_max_ttl
 local policy_window
+local policy_acked
 local info_reply
 local now
 -- quarantine_from_now(marker, history, left) rewrites the marker, empty but for `history`,
@@ -42,21 +52,72 @@ local function quarantine_from_now(marker, history, left)
     error(written)
   end
 end
+-- takeover(marker, policy_key, history): in acknowledged mode, a promoted replica's ms left
+-- to sit out under the record of the history it was a replica in, which it writes as its
+-- own marker; nil when the record is of another history, or missing.
+local function takeover(marker, policy_key, history)
+  local record = redis.call('HMGET', policy_key .. ':acked', 'history', 'since', 'vote_from')
+  if not record[1] or record[1] ~= info_field(info_reply, 'master_replid2') then
+    return nil
+  end
+  local since = tonumber(record[2])
+  local vote_from = tonumber(record[3]) or now
+  redis.set_repl(redis.REPL_NONE)
+  local written = redis.pcall('DEL', marker)
+  if not (type(written) == 'table' and written.err) then
+    if since then
+      written = redis.pcall('HSET', marker, 'history', history, 'since', since, 'vote_from', vote_from)
+    else
+      written = redis.pcall('HSET', marker, 'history', history, 'vote_from', vote_from)
+    end
+  end
+  redis.set_repl(redis.REPL_ALL)
+  if type(written) == 'table' and written.err then
+    error(written)
+  end
+  if since then
+    vote_from = math.max(vote_from, since + policy_max_ttl + policy_window)
+  end
+  return vote_from - now
+end
+-- keep_record(marker, policy_key, history, met): writes the record of this history once,
+-- replicated. A history met in this call copies its new marker. A history met earlier was
+-- met outside acknowledged mode: its votes until now may be missing on the replicas, so the
+-- record makes a replica promoted from it sit out from now.
+local function keep_record(marker, policy_key, history, met)
+  local key = policy_key .. ':acked'
+  if redis.call('HGET', key, 'history') == history then
+    return
+  end
+  local since, vote_from = now, now
+  if met then
+    local admitted = redis.call('HMGET', marker, 'since', 'vote_from')
+    since, vote_from = admitted[1], admitted[2] or now
+  end
+  redis.call('DEL', key)
+  if since then
+    redis.call('HSET', key, 'history', history, 'since', since, 'vote_from', vote_from)
+  else
+    redis.call('HSET', key, 'history', history, 'vote_from', vote_from)
+  end
+end
 local function admission_of(marker, policy_key)
   policy_max_ttl = nil
   policy_window = 0
+  policy_acked = 0
   info_reply = info_reply or redis.call('INFO', 'replication', 'memory', 'cluster')
   local eviction = eviction_policy(info_reply)
   if eviction then
     return {6, eviction}
   end
-  local policy = redis.call('HMGET', policy_key, 'max_ttl_ms', 'write_window_ms')
+  local policy = redis.call('HMGET', policy_key, 'max_ttl_ms', 'write_window_ms', 'acked_replicas')
   policy_max_ttl = tonumber(policy[1])
   if not policy_max_ttl then
     return {4}
   end
   local window = tonumber(policy[2]) or 0
   policy_window = window
+  policy_acked = tonumber(policy[3]) or 0
   local history = info_field(info_reply, 'master_replid')
   if not now then
     local clock = redis.call('TIME')
@@ -64,9 +125,13 @@ local function admission_of(marker, policy_key)
   end
   local admitted = redis.call('HMGET', marker, 'history', 'vote_from', 'since')
   local left
-  if admitted[1] ~= history then
-    left = policy_max_ttl + window
-    quarantine_from_now(marker, history, left)
+  local met = admitted[1] ~= history
+  if met then
+    left = policy_acked > 0 and takeover(marker, policy_key, history)
+    if not left then
+      left = policy_max_ttl + window
+      quarantine_from_now(marker, history, left)
+    end
   else
     local vote_from = tonumber(admitted[2])
     local since = tonumber(admitted[3])
@@ -74,6 +139,9 @@ local function admission_of(marker, policy_key)
       vote_from = math.max(vote_from, since + policy_max_ttl + window)
     end
     left = vote_from - now
+  end
+  if policy_acked > 0 then
+    keep_record(marker, policy_key, history, met)
   end
   if left > 0 then
     return {3, left}
@@ -87,17 +155,43 @@ local function admission(marker, policy_key)
     admission_answers[marker] = answer
     policy_ttls[marker] = policy_max_ttl
     policy_windows[marker] = policy_window
+    policy_ackeds[marker] = policy_acked
   end
   policy_max_ttl = policy_ttls[marker]
   policy_window = policy_windows[marker]
+  policy_acked = policy_ackeds[marker]
   return answer or nil
 end
--- vote_refusal(marker, policy, ttl_ms) is admission's refusal, or {5, max_ttl_ms} when the
--- master votes but ttl_ms is above its policy, or nil when it may grant a lease that long.
-local function vote_refusal(marker, policy_key, ttl_ms)
+-- The replicas attached and in sync (state=online), and those connected at all.
+local function replicas_online()
+  local online, at = 0, 1
+  while true do
+    at = string.find(info_reply, ',state=online,', at, true)
+    if not at then
+      break
+    end
+    online, at = online + 1, at + 1
+  end
+  return online, tonumber(info_field(info_reply, 'connected_slaves')) or 0
+end
+-- vote_refusal(marker, policy, ttl_ms, acks) is admission's refusal, or in acknowledged mode
+-- {9, replicas} when the call does not wait for exactly the policy's replicas (`acks`, what
+-- its client will WAIT for) or {10, online, replicas, connected} when the master does not
+-- have exactly those replicas, each in sync; or {5, max_ttl_ms} when the master votes but
+-- ttl_ms is above its policy; or nil when it may grant a lease that long.
+local function vote_refusal(marker, policy_key, ttl_ms, acks)
   local refused = admission(marker, policy_key)
   if refused then
     return refused
+  end
+  if policy_acked > 0 then
+    if (tonumber(acks) or 0) ~= policy_acked then
+      return {9, policy_acked}
+    end
+    local online, connected = replicas_online()
+    if online ~= policy_acked or connected ~= policy_acked then
+      return {10, online, policy_acked, connected}
+    end
   end
   if tonumber(ttl_ms) > policy_max_ttl then
     return {5, policy_max_ttl}

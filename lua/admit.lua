@@ -3,13 +3,22 @@
 -- larger stays. For bootstrapping a brand-new deployment (or a lab) whose masters have never
 -- held a lock, and for raising the policy; never admit at once a master that may have missed
 -- grants. The policy is replicated; the marker is not (see admission.lua).
--- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms, forced (1/0)
--- Returns {history, max_ttl_ms, write_window_ms, ms until it votes}.
-local current = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
+-- The acknowledged mode is set, not raised: ARGV[5] is the number of replicas the master
+-- has (0 turns the mode off), or empty to keep the mode as it is. Off, the record goes: a
+-- record kept through votes that were not acknowledged would let a replica promoted later
+-- take over an admission it cannot back (admission.lua).
+-- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms, forced (1/0),
+--       acked_replicas (or '')
+-- Returns {history, max_ttl_ms, write_window_ms, ms until it votes, acked_replicas}.
+local current = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms', 'acked_replicas')
 local had_policy = tonumber(current[1]) ~= nil
 local max_ttl = math.max(tonumber(current[1]) or 0, tonumber(ARGV[1]))
 local window = math.max(tonumber(current[2]) or 0, tonumber(ARGV[2]))
-redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window)
+local acked = tonumber(ARGV[5] or '') or tonumber(current[3]) or 0
+redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window, 'acked_replicas', acked)
+if acked == 0 then
+  redis.call('DEL', KEYS[2] .. ':acked')
+end
 local history = info_field(redis.call('INFO', 'replication'), 'master_replid')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -46,4 +55,4 @@ redis.set_repl(redis.REPL_ALL)
 if since then
   vote_from = math.max(vote_from, since + max_ttl + window)
 end
-return {history, max_ttl, window, math.max(vote_from - now, 0)}
+return {history, max_ttl, window, math.max(vote_from - now, 0), acked}

@@ -4,11 +4,12 @@
 -- count, or a caller giving a larger count would find none and take more permits.
 -- (holder.lua and admission.lua are prepended.)
 -- KEYS: the locks, then the permit counts, then the admission marker and the policy
--- ARGV: token, ttl_ms, number of locks
+-- ARGV: token, ttl_ms, number of locks, replicas the client waits for
 -- Returns {1} renewed | {0} not ours | {3, quarantine_left_ms} quarantined (or this slot
 --       just found it lost a lock it granted: see the ledger in admission.lua) | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
-local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
+--       | {9, replicas} | {10, online, replicas, connected} (acknowledged mode)
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2], ARGV[4])
 if refused then
   return refused
 end

@@ -5,12 +5,14 @@
 -- admission.lua are prepended.)
 -- KEYS: the semaphore's permit count, per slot its lock and fence, then the admission marker
 --       and the policy
--- ARGV: token, ttl_ms, fence proposal, owner record (JSON), permits, first slot (from 0)
+-- ARGV: token, ttl_ms, fence proposal, owner record (JSON), permits, first slot (from 0),
+--       replicas the client waits for
 -- Returns {1, slot} granted | {0, pttl_ms, owner record} every slot held (the soonest to
 --       expire) | {2, stored_fence} | {3, quarantine_left_ms} | {4} unadmitted
 --       | {5, max_ttl_ms} ttl above the policy | {6, maxmemory_policy}
 --       | {7, permits} the semaphore has another permit count
-local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2])
+--       | {9, replicas} | {10, online, replicas, connected} (acknowledged mode)
+local refused = vote_refusal(KEYS[#KEYS - 1], KEYS[#KEYS], ARGV[2], ARGV[7])
 if refused then
   return refused
 end

@@ -193,11 +193,13 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_without_replica_acknowledgement_do_not_count() {
+async fn in_acknowledged_mode_grants_the_replicas_do_not_hold_do_not_count() {
     let fx = fixture(
-        |spec| spec,
+        |spec| LabSpec {
+            acknowledged: true,
+            ..spec
+        },
         |mut topology| {
-            topology.replica_acks = 1;
             // A replica that has just synced can take a few hundred ms to acknowledge.
             topology.call_timeout_ms = 1_500;
             topology.replica_ack_timeout_ms = 1_000;
@@ -247,7 +249,9 @@ async fn grants_without_replica_acknowledgement_do_not_count() {
     }
     assert!(error.is_unavailable(), "{error}");
     assert!(
-        error.to_string().contains("acknowledged by 0 of 1"),
+        error
+            .to_string()
+            .contains("acknowledged by 0 of the master's 1 replicas"),
         "{error}"
     );
     let values = fx.values_of(&lock_key("unacked")).await;

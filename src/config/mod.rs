@@ -56,11 +56,8 @@ pub struct Topology {
     /// Cap on how long a keepalive renews one lease, in milliseconds.
     #[serde(default = "default_max_hold_ms")]
     pub max_hold_ms: u64,
-    /// Replicas that must acknowledge a grant (`WAIT`) before it counts; 0 turns it off.
-    #[serde(default)]
-    pub replica_acks: u32,
-    /// How long a grant may wait for those acknowledgements, in milliseconds (below
-    /// `call_timeout_ms`).
+    /// How long a vote waits for a master's replicas to acknowledge it in acknowledged mode,
+    /// in milliseconds (below `call_timeout_ms`).
     #[serde(default = "default_replica_ack_timeout_ms")]
     pub replica_ack_timeout_ms: u64,
     /// TLS for every connection (masters, replicas' masters after a failover, Sentinels);
@@ -187,6 +184,9 @@ fn default_drift_factor() -> f64 {
 fn default_retry_delay_ms() -> u64 {
     DEFAULT_RETRY_DELAY_MS
 }
+/// Why `replica_acks` is refused.
+const REPLICA_ACKS_MOVED: &str = "is no longer a client setting: the masters' policy holds the acknowledged mode, so that no client can weaken it; remove it and run `quorumlock admit --acknowledged` (docs/safety.md, \"Acknowledged mode\")";
+
 fn default_replica_ack_timeout_ms() -> u64 {
     DEFAULT_REPLICA_ACK_TIMEOUT_MS
 }
@@ -206,7 +206,6 @@ impl Topology {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
             max_ttl_ms: DEFAULT_MAX_TTL_MS,
-            replica_acks: 0,
             replica_ack_timeout_ms: DEFAULT_REPLICA_ACK_TIMEOUT_MS,
             max_hold_ms: DEFAULT_MAX_HOLD_MS,
             tls: None,
@@ -280,8 +279,8 @@ impl Topology {
         if let Some(raw) = lookup("QUORUMLOCK_MAX_TTL_MS") {
             self.max_ttl_ms = parse_override("QUORUMLOCK_MAX_TTL_MS", &raw)?;
         }
-        if let Some(raw) = lookup("QUORUMLOCK_REPLICA_ACKS") {
-            self.replica_acks = parse_override("QUORUMLOCK_REPLICA_ACKS", &raw)?;
+        if lookup("QUORUMLOCK_REPLICA_ACKS").is_some() {
+            return Err(invalid("QUORUMLOCK_REPLICA_ACKS", REPLICA_ACKS_MOVED));
         }
         if let Some(raw) = lookup("QUORUMLOCK_MAX_HOLD_MS") {
             self.max_hold_ms = parse_override("QUORUMLOCK_MAX_HOLD_MS", &raw)?;
@@ -343,13 +342,13 @@ impl Topology {
             ));
         }
         // WAIT with a timeout of 0 blocks until the replicas answer, however long that takes.
-        if self.replica_acks > 0 && self.replica_ack_timeout_ms == 0 {
+        if self.replica_ack_timeout_ms == 0 {
             return Err(invalid(
                 "replica_ack_timeout_ms",
-                "must be at least 1 with replica_acks (0 would make WAIT block forever)",
+                "must be at least 1 (0 would make WAIT block forever)",
             ));
         }
-        if self.replica_acks > 0 && self.replica_ack_timeout_ms >= self.call_timeout_ms {
+        if self.replica_ack_timeout_ms >= self.call_timeout_ms {
             return Err(invalid(
                 "replica_ack_timeout_ms",
                 format!(
@@ -637,7 +636,7 @@ mod tests {
                 "retry_delay_ms",
             ),
             (
-                "replica_acks = 1\nreplica_ack_timeout_ms = 0\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
+                "replica_ack_timeout_ms = 0\n[[groups]]\nname = \"a\"\naddress = \"h:1\"",
                 "replica_ack_timeout_ms",
             ),
             (

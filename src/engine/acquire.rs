@@ -25,7 +25,7 @@ use crate::engine::resource::{Claim, LeaseKeys, validate_label};
 use crate::engine::vote::{GroupVote, Vote};
 use crate::engine::waiters::Watch;
 use crate::group::Group;
-use crate::group::batch::{Answer, Call, LockScript, QUEUE_FULL};
+use crate::group::batch::{Call, LockScript, QUEUE_FULL};
 use crate::group::reply::{Reply, integer, text};
 
 /// A group's answer to the acquire script.
@@ -47,6 +47,11 @@ enum AcquireAnswer {
     AbovePolicy(u64),
     /// The semaphore has this many permits, not the number asked with.
     PermitsDiffer(u64),
+    /// Acknowledged mode: so many of the replicas the master needs are attached and in sync.
+    ReplicasMissing {
+        online: u64,
+        needed: u64,
+    },
 }
 
 impl AcquireAnswer {
@@ -111,6 +116,16 @@ fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
         Some(code::EVICTS) => Ok(AcquireAnswer::Evicts(text(values.get(1)))),
         Some(code::ABOVE_POLICY) => Ok(AcquireAnswer::AbovePolicy(detail())),
         Some(code::PERMITS_DIFFER) => Ok(AcquireAnswer::PermitsDiffer(detail())),
+        Some(code::REPLICAS_MISSING) => Ok(AcquireAnswer::ReplicasMissing {
+            online: detail(),
+            needed: integer(values.get(2)).unwrap_or(0),
+        }),
+        // The lane sends such a call again with the master's number; a second refusal means
+        // the policy changed in between.
+        Some(code::ACKS_REQUIRED) => Err(format!(
+            "the master's acknowledged mode names {} replicas, and changed while the call was sent",
+            detail()
+        )),
         _ => Err(format!("unexpected acquire reply {values:?}")),
     }
 }
@@ -424,34 +439,26 @@ impl Engine {
         Err((self.denial(&label, Vec::new()), may_hold))
     }
 
-    /// One group's answer to the acquire script; with `replica_acks`, a grant counts only
-    /// once that many replicas acknowledged it (`WAIT`, pipelined behind the script).
+    /// One group's answer to the acquire script. A master in acknowledged mode counts a
+    /// grant only once every one of its replicas acknowledged it (`WAIT`).
     async fn ask_grant(&self, group: &Group, grant: Call) -> Reply<AcquireAnswer> {
-        let (values, acknowledged) = match group.call(grant).await {
-            Reply::Answer(Answer {
-                value: Value::Array(values),
-                acknowledged,
-            }) => (values, acknowledged),
-            Reply::Answer(Answer { value, .. }) => {
-                return Reply::Failed(format!("unexpected acquire reply {value:?}"));
-            }
+        let answer = match group.call(grant).await {
+            Reply::Answer(answer) => answer,
             Reply::Timeout => return Reply::Timeout,
             Reply::Failed(message) => return Reply::Failed(message),
             Reply::NotSent(reason) => return Reply::NotSent(reason),
         };
-        let wanted = self.topology.replica_acks;
+        let acknowledged = answer.acknowledged_vote();
+        let values = match answer.value {
+            Value::Array(values) => values,
+            value => {
+                return Reply::Failed(format!("unexpected acquire reply {value:?}"));
+            }
+        };
         match (parse_grant(values), acknowledged) {
-            // A grant its replicas have not seen could vanish in a failover: it does not count,
-            // and the rollback removes it.
-            (Ok(AcquireAnswer::Granted { .. }), Some(Ok(count))) if count < i64::from(wanted) => {
-                Reply::Failed(format!(
-                    "grant acknowledged by {count} of {wanted} replicas within {} ms",
-                    self.topology.replica_ack_timeout_ms
-                ))
-            }
-            (Ok(AcquireAnswer::Granted { .. }), Some(Err(message))) => {
-                Reply::Failed(format!("WAIT for the grant's replicas failed: {message}"))
-            }
+            // A grant its replicas do not all hold could vanish in a failover: it does not
+            // count, and the rollback removes it.
+            (Ok(AcquireAnswer::Granted { .. }), Err(message)) => Reply::Failed(message),
             (Ok(grant), _) => Reply::Answer(grant),
             (Err(message), _) => Reply::Failed(message),
         }
@@ -493,6 +500,9 @@ impl Engine {
                 vote: Vote::from_reply(reply, |grant| match grant {
                     AcquireAnswer::Granted { .. } => Vote::Granted,
                     AcquireAnswer::PermitsDiffer(permits) => Vote::PermitsDiffer { permits },
+                    AcquireAnswer::ReplicasMissing { online, needed } => {
+                        Vote::ReplicasMissing { online, needed }
+                    }
                     AcquireAnswer::FenceAhead(fence) => Vote::FenceAhead { fence },
                     AcquireAnswer::Quarantined(remaining_ms) => Vote::Quarantined { remaining_ms },
                     AcquireAnswer::NoPolicy => Vote::NoPolicy,

@@ -60,6 +60,9 @@ pub struct AdmitOptions {
     /// `write_window_ms` given (required then): with nothing read, both the unreplicated
     /// check and the window check are skipped for the whole group.
     pub allow_unread_settings: bool,
+    /// The acknowledged mode: `Some(true)` turns it on, each master's policy naming the
+    /// replicas it has now; `Some(false)` turns it off; `None` keeps what each master runs.
+    pub acknowledged: Option<bool>,
 }
 
 impl AdmitOptions {
@@ -75,11 +78,46 @@ impl AdmitOptions {
             allow_short_window: false,
             allow_unreplicated_writes: false,
             allow_unread_settings: false,
+            acknowledged: None,
+        }
+    }
+
+    /// The acknowledged mode to admit `group` under, as admit.lua takes it: the replicas its
+    /// master has now (on), 0 (off), or `None` (kept as it is).
+    fn acked_for(
+        &self,
+        group: &str,
+        settings: &Result<GroupSettings, String>,
+    ) -> Result<Option<u32>, AdmitRefusal> {
+        match (self.acknowledged, settings) {
+            (None, _) => Ok(None),
+            (Some(false), _) => Ok(Some(0)),
+            (Some(true), Err(reason)) => Err(AdmitRefusal::SettingsUnread {
+                group: group.to_string(),
+                reason: reason.clone(),
+            }),
+            (Some(true), Ok(settings)) => match settings.primaries.as_slice() {
+                [primary] if primary.settings.is_cluster() => {
+                    Err(AdmitRefusal::AcknowledgedCluster {
+                        group: group.to_string(),
+                    })
+                }
+                [primary] if primary.settings.replica_count > 0 => Ok(Some(
+                    u32::try_from(primary.settings.replica_count).unwrap_or(u32::MAX),
+                )),
+                [_] => Err(AdmitRefusal::NoReplicas {
+                    group: group.to_string(),
+                }),
+                _ => Err(AdmitRefusal::AcknowledgedCluster {
+                    group: group.to_string(),
+                }),
+            },
         }
     }
 
     /// The write window to admit `group` under, from what its masters run (or why they
-    /// cannot be read), or the refusal.
+    /// cannot be read), or the refusal. In acknowledged mode an old master cut off from its
+    /// replicas gets no vote counted, so writes it takes without them are no risk.
     fn window_for(
         &self,
         group: &str,
@@ -97,6 +135,7 @@ impl AdmitOptions {
         };
         if let Some((primary, setting)) = settings.unreplicated()
             && !self.allow_unreplicated_writes
+            && self.acknowledged != Some(true)
         {
             return Err(AdmitRefusal::UnreplicatedWrites {
                 group: group.to_string(),
@@ -259,8 +298,11 @@ impl Locks {
                 let settings = read_write_settings(group)
                     .await
                     .map_err(|unread| unread.reason);
-                let write_window_ms = match options.window_for(&group.name, settings) {
-                    Ok(window) => window,
+                let shape = options.acked_for(&group.name, &settings).and_then(|acked| {
+                    Ok((acked, options.window_for(&group.name, settings)?))
+                });
+                let (acked, write_window_ms) = match shape {
+                    Ok(shape) => shape,
                     Err(refusal) => {
                         return GroupAdmission {
                             refusal: Some(refusal.clone()),
@@ -271,7 +313,7 @@ impl Locks {
                 let asked = Policy {
                     max_ttl_ms: options.max_ttl_ms,
                     write_window_ms,
-                    acked_replicas: 0,
+                    acked_replicas: acked.unwrap_or(0),
                 };
                 let largest = held.iter().copied().fold(asked, Policy::merge);
                 let covered = millis(options.delay) >= largest.quarantine_ms();
@@ -280,6 +322,7 @@ impl Locks {
                     Value::from(asked.write_window_ms.to_string()),
                     Value::from(millis(options.delay).to_string()),
                     Value::from(if options.force { "1" } else { "0" }),
+                    Value::from(acked.map(|n| n.to_string()).unwrap_or_default()),
                 ];
                 if !options.force && !covered && !group_has_policy(group, policy_name).await {
                     if none_held && silent > 0 {
@@ -317,7 +360,15 @@ impl Locks {
                             parse_policy(values.get(1..3).unwrap_or(&[])),
                             integer(values.get(3)),
                         ) {
-                            (Some(policy), Some(votes_in_ms)) => (policy, votes_in_ms),
+                            (Some(policy), Some(votes_in_ms)) => (
+                                Policy {
+                                    acked_replicas: integer(values.get(4))
+                                        .and_then(|n| u32::try_from(n).ok())
+                                        .unwrap_or(0),
+                                    ..policy
+                                },
+                                votes_in_ms,
+                            ),
                             _ => return refused(format!("unexpected admit reply {values:?}")),
                         },
                         other => return refused(describe(&other)),
@@ -615,6 +666,7 @@ impl Engine {
                     let args = vec![
                         Value::from(adopted.max_ttl_ms.to_string()),
                         Value::from(adopted.write_window_ms.to_string()),
+                        Value::from(adopted.acked_replicas.to_string()),
                     ];
                     let replies = group
                         .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Adopt, keys, args)
@@ -686,7 +738,7 @@ mod tests {
         Ok(GroupSettings {
             primaries: vec![PrimarySettings {
                 primary: "m:1".to_string(),
-                settings: WriteSettings::read(&config, replicas),
+                settings: WriteSettings::read(&config, usize::from(replicas)),
             }],
         })
     }

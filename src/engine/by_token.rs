@@ -338,9 +338,19 @@ fn may_have_run<T>(reply: &Reply<T>) -> bool {
     matches!(reply, Reply::Timeout | Reply::Failed(_))
 }
 
-/// A lock call's answer without the replica count (release and extend never wait for it).
+/// A lock call's answer. A renewal that a master in acknowledged mode made but its replicas
+/// do not all hold does not count: a replica promoted without it would let the lock expire
+/// at the old time.
 async fn lock_call(group: &Group, call: Call) -> Reply<Value> {
-    group.call(call).await.map(|answer| answer.value)
+    match group.call(call).await {
+        Reply::Answer(answer) if status(&answer.value) == Some(code::GRANTED) => {
+            match answer.acknowledged_vote() {
+                Ok(()) => Reply::Answer(answer.value),
+                Err(message) => Reply::Failed(message),
+            }
+        }
+        reply => reply.map(|answer| answer.value),
+    }
 }
 
 /// How a compare-by-token call is fanned out.
@@ -380,6 +390,16 @@ fn token_vote(answer: &Value) -> Vote {
         },
         Some(code::ABOVE_POLICY) => Vote::AbovePolicy {
             max_ttl_ms: detail.unwrap_or(0),
+        },
+        Some(code::REPLICAS_MISSING) => Vote::ReplicasMissing {
+            online: detail.unwrap_or(0),
+            needed: match answer {
+                Value::Array(values) => integer(values.get(2)).unwrap_or(0),
+                _ => 0,
+            },
+        },
+        Some(code::ACKS_REQUIRED) => Vote::Error {
+            message: "the master's acknowledged mode changed while the call was sent".into(),
         },
         _ => Vote::NotHeld,
     }

@@ -139,6 +139,16 @@ pub enum AdmitRefusal {
         "{group}: cannot read the settings that bound its write window on its master ({reason}): check that the group is up (`quorumlock health`) and that its user may run CONFIG GET and INFO, then admit it; or admit it unchecked with --allow-unread-settings and a --write-window-ms that covers min-replicas-max-lag + 2 s (health then flags it)"
     )]
     SettingsUnread { group: String, reason: String },
+    /// Acknowledged mode needs a replica to acknowledge.
+    #[error(
+        "{group}: its master has no replica, and acknowledged mode counts a vote only once every replica holds it: give each master of {group} a replica (replicaof), then admit it with --acknowledged"
+    )]
+    NoReplicas { group: String },
+    /// Acknowledged mode is built on Sentinel's promotion rules, not a Cluster's.
+    #[error(
+        "{group}: is a Redis Cluster, and acknowledged mode is for Sentinel groups: admit it without --acknowledged"
+    )]
+    AcknowledgedCluster { group: String },
 }
 
 impl From<SetupError> for Error {

@@ -231,7 +231,7 @@ fn read_admission(values: &[Value]) -> (Admission, Option<Policy>) {
         (Some(max_ttl_ms), Some(window)) if max_ttl_ms >= 0 => Some(Policy {
             max_ttl_ms: max_ttl_ms as u64,
             write_window_ms: window.max(0) as u64,
-            acked_replicas: 0,
+            acked_replicas: number(5).and_then(|n| u32::try_from(n).ok()).unwrap_or(0),
         }),
         _ => None,
     };
@@ -333,6 +333,8 @@ pub(crate) struct WindowBound {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WriteSettings {
     pub(crate) replicas: bool,
+    /// The replicas the master lists.
+    pub(crate) replica_count: usize,
     min_replicas_to_write: Option<u64>,
     min_replicas_max_lag_s: Option<u64>,
     /// Only on a Cluster node.
@@ -340,7 +342,7 @@ pub(crate) struct WriteSettings {
 }
 
 impl WriteSettings {
-    pub(crate) fn read(config: &[(String, String)], replicas: bool) -> Self {
+    pub(crate) fn read(config: &[(String, String)], replica_count: usize) -> Self {
         let setting = |name: &str| {
             config
                 .iter()
@@ -351,11 +353,17 @@ impl WriteSettings {
             .iter()
             .any(|(key, value)| key == "cluster-enabled" && value == "yes");
         WriteSettings {
-            replicas,
+            replicas: replica_count > 0,
+            replica_count,
             min_replicas_to_write: setting("min-replicas-to-write"),
             min_replicas_max_lag_s: setting("min-replicas-max-lag"),
             cluster_node_timeout_ms: setting("cluster-node-timeout").filter(|_| cluster),
         }
+    }
+
+    /// Whether the master is a Cluster node.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster_node_timeout_ms.is_some()
     }
 
     /// The setting at 0 that lets a master with replicas take writes without them, with no
@@ -500,7 +508,7 @@ pub(crate) async fn read_write_settings(group: &Group) -> Result<GroupSettings, 
             other => return Err(unread("CONFIG GET", &other.map(|_| ()))),
         };
         let replicas = match reading.info {
-            Reply::Answer(text) => !parse_replication(&text).1.is_empty(),
+            Reply::Answer(text) => parse_replication(&text).1.len(),
             other => return Err(unread("INFO replication", &other.map(|_| ()))),
         };
         primaries.push(PrimarySettings {
@@ -656,7 +664,7 @@ mod tests {
             .collect();
         PrimarySettings {
             primary: address.to_string(),
-            settings: WriteSettings::read(&config, replicas),
+            settings: WriteSettings::read(&config, usize::from(replicas)),
         }
     }
 

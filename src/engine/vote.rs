@@ -43,6 +43,9 @@ pub enum Vote {
     AbovePolicy { max_ttl_ms: u64 },
     /// The semaphore exists on this group with another number of permits.
     PermitsDiffer { permits: u64 },
+    /// Acknowledged mode: the master has `online` of the `needed` replicas its policy names
+    /// attached and in sync, so it cannot get a vote acknowledged and does not vote.
+    ReplicasMissing { online: u64, needed: u64 },
     /// No answer within the per-call timeout; the call may still have been applied.
     Timeout,
     /// The call failed; the message says why.
@@ -63,6 +66,7 @@ impl Vote {
                 | Vote::Evicts { .. }
                 | Vote::AbovePolicy { .. }
                 | Vote::PermitsDiffer { .. }
+                | Vote::ReplicasMissing { .. }
         )
     }
 
@@ -115,6 +119,10 @@ pub(crate) fn failed_group_names(votes: &[GroupVote]) -> Vec<String> {
             ),
             Vote::PermitsDiffer { permits } => format!(
                 "{} (the semaphore has {permits} permits there)",
+                v.group
+            ),
+            Vote::ReplicasMissing { online, needed } => format!(
+                "{} (acknowledged mode: {online} of its {needed} replicas attached and in sync)",
                 v.group
             ),
             _ => v.group.clone(),

@@ -7,17 +7,26 @@
 //! script call (one read, one reply, one admission check, one replicated transaction) carries
 //! many locks. Calls stay in arrival order on the master, so a rollback always runs after the
 //! grant it undoes. A Cluster primary's batch mixes the slots it serves (see [`Batching`]).
+//!
+//! A master in acknowledged mode counts a vote only once every replica holds it. Each
+//! voting call says how many replicas its client waits for (the last argument), the master
+//! refuses a call that says another number, and the lane learns the master's number from
+//! that refusal and sends those calls again. The `WAIT` goes right behind the script while
+//! the replicas keep up, and only after a grant once a replica was found missing, so a group
+//! short of a replica does not hold every call for the wait's whole timeout.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use fred::clients::WithOptions;
+use fred::interfaces::ServerInterface;
 use fred::prelude::Client;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, oneshot};
 
+use crate::engine::protocol::code;
 use crate::group::eval_script;
 use crate::group::reply::Reply;
 use crate::group::scripts;
@@ -69,9 +78,18 @@ impl LockScript {
         }
     }
 
-    /// A grant, which counts only once its replicas acknowledged it (`replica_acks`).
+    /// A grant: refused at once rather than queued behind too many calls.
     pub fn grants(self) -> bool {
         matches!(self, LockScript::Acquire | LockScript::Permit)
+    }
+
+    /// A vote (a grant or a renewal): in acknowledged mode it counts only once every replica
+    /// of the master holds it.
+    pub fn votes(self) -> bool {
+        matches!(
+            self,
+            LockScript::Acquire | LockScript::Permit | LockScript::Extend
+        )
     }
 
     fn single(self) -> &'static fred::types::scripts::Script {
@@ -106,12 +124,36 @@ pub(crate) enum Batching {
     Undeclared,
 }
 
-/// The script's answer, and (`replica_acks` > 0, a batch with an acquire) how many replicas
-/// acknowledged its writes, or why `WAIT` failed.
+/// The script's answer and, for a vote sent to a master in acknowledged mode, how many
+/// replicas acknowledged its writes (or why `WAIT` failed) of how many it needs.
 #[derive(Debug, Clone)]
 pub(crate) struct Answer {
     pub value: Value,
     pub acknowledged: Option<Result<i64, String>>,
+    /// The replicas the call waited for: 0 outside acknowledged mode, and for a call that
+    /// does not vote.
+    pub acks_needed: u32,
+}
+
+impl Answer {
+    /// Whether the vote counts: granted (or renewed), and held by every replica the master
+    /// names. Anything else is said in `Err`, for the vote's error.
+    pub fn acknowledged_vote(&self) -> Result<(), String> {
+        if self.acks_needed == 0 {
+            return Ok(());
+        }
+        match &self.acknowledged {
+            Some(Ok(count)) if *count >= i64::from(self.acks_needed) => Ok(()),
+            Some(Ok(count)) => Err(format!(
+                "the vote was acknowledged by {count} of the master's {} replicas within the wait, so it does not count",
+                self.acks_needed
+            )),
+            Some(Err(message)) => Err(format!(
+                "WAIT for the vote's replicas failed ({message}), so it does not count"
+            )),
+            None => Err("the vote's replicas were not waited for, so it does not count".into()),
+        }
+    }
 }
 
 struct Queued {
@@ -136,8 +178,13 @@ struct State {
 pub(crate) struct Lane {
     timed: WithOptions<Client>,
     call_timeout: Duration,
-    /// `WAIT replicas timeout_ms` pipelined behind every acquire, when configured.
-    acks: Option<(u32, u64)>,
+    /// The replicas the master's acknowledged mode names, as last learned (0: off).
+    acked_replicas: AtomicU32,
+    /// Whether the replicas kept up at the last look: `WAIT` then goes right behind the
+    /// script; otherwise only after a grant.
+    replicas_in_sync: AtomicBool,
+    /// The longest `WAIT` for the replicas, in ms.
+    ack_timeout_ms: u64,
     batching: Batching,
     state: Mutex<State>,
     /// Signalled each time the lane falls idle.
@@ -157,13 +204,15 @@ impl Lane {
     pub fn new(
         timed: WithOptions<Client>,
         call_timeout: Duration,
-        acks: Option<(u32, u64)>,
+        ack_timeout_ms: u64,
         batching: Batching,
     ) -> Self {
         Lane {
             timed,
             call_timeout,
-            acks,
+            acked_replicas: AtomicU32::new(0),
+            replicas_in_sync: AtomicBool::new(true),
+            ack_timeout_ms,
             batching,
             state: Mutex::new(State::default()),
             idle: Notify::new(),
@@ -325,31 +374,92 @@ impl Lane {
         }
     }
 
-    /// One script call for `calls`: the call's own script for one, `BATCH` for several.
+    /// One script call for `calls`, and once more for the calls a master in acknowledged
+    /// mode refused because they waited for another number of replicas than it has.
     async fn send(&self, calls: Vec<Call>) -> Vec<Reply<Answer>> {
+        let started = tokio::time::Instant::now();
+        let replicas = self.acked_replicas.load(Ordering::Relaxed);
+        let mut answers = self.send_waiting_for(&calls, replicas).await;
+        let refused: Vec<(usize, u32)> = answers
+            .iter()
+            .enumerate()
+            .filter_map(|(at, answer)| Some((at, acks_required(answer)?)))
+            .collect();
+        let Some(&(_, learned)) = refused.first() else {
+            return answers;
+        };
+        self.acked_replicas.store(learned, Ordering::Relaxed);
+        let again: Vec<Call> = refused.iter().map(|&(at, _)| calls[at].clone()).collect();
+        let resent = tokio::time::timeout_at(
+            started + self.call_timeout,
+            self.send_waiting_for(&again, learned),
+        )
+        .await
+        .unwrap_or_else(|_| vec![Reply::Timeout; again.len()]);
+        for ((at, _), answer) in refused.into_iter().zip(resent) {
+            answers[at] = answer;
+        }
+        answers
+    }
+
+    /// One script call for `calls`: the call's own script for one, `BATCH` for several. Each
+    /// vote says it waits for `replicas`, and with `replicas` above 0 a `WAIT` follows.
+    async fn send_waiting_for(&self, calls: &[Call], replicas: u32) -> Vec<Reply<Answer>> {
         let count = calls.len();
-        let acks = self
-            .acks
-            .filter(|_| calls.iter().any(|call| call.script.grants()));
-        let (script, keys, args) = match calls.as_slice() {
+        let votes = replicas > 0 && calls.iter().any(|call| call.script.votes());
+        let declared: Vec<Call>;
+        let calls = if replicas > 0 {
+            declared = calls
+                .iter()
+                .map(|call| call.waiting_for(replicas))
+                .collect();
+            declared.as_slice()
+        } else {
+            calls
+        };
+        let pipelined = votes && self.replicas_in_sync.load(Ordering::Relaxed);
+        let acks = pipelined.then_some((replicas, self.ack_timeout_ms));
+        let (script, keys, args) = match calls {
             [call] => (call.script.single(), call.keys.clone(), call.args.clone()),
             _ => {
-                let (keys, args) = pack(&calls, self.batching);
+                let (keys, args) = pack(calls, self.batching);
                 (&*scripts::BATCH, keys.into(), args.into())
             }
         };
         let reply = eval_script::<Value>(&self.timed, script, &keys, &args, acks).await;
+        let reply = match reply {
+            Reply::Answer((value, None)) if votes && granted_any(&value, count) => {
+                let acknowledged = self.wait_for(replicas).await;
+                Reply::Answer((value, Some(acknowledged)))
+            }
+            reply => reply,
+        };
+        if votes && let Reply::Answer((value, acknowledged)) = &reply {
+            let missing = answers_of(value, count)
+                .any(|answer| matches!(code_of(answer), Some(code::REPLICAS_MISSING)));
+            let short = matches!(acknowledged, Some(Ok(n)) if *n < i64::from(replicas))
+                || matches!(acknowledged, Some(Err(_)));
+            let kept_up = matches!(acknowledged, Some(Ok(n)) if *n >= i64::from(replicas));
+            if missing || short {
+                self.replicas_in_sync.store(false, Ordering::Relaxed);
+            } else if kept_up {
+                self.replicas_in_sync.store(true, Ordering::Relaxed);
+            }
+        }
+        let needed = |call: &Call| if call.script.votes() { replicas } else { 0 };
         match reply {
             Reply::Answer((value, acknowledged)) if count == 1 => {
                 vec![Reply::Answer(Answer {
                     value,
                     acknowledged,
+                    acks_needed: needed(&calls[0]),
                 })]
             }
             Reply::Answer((Value::Array(values), acknowledged)) if values.len() == count => {
                 values
                     .into_iter()
-                    .map(|value| match value {
+                    .zip(calls)
+                    .map(|(value, call)| match value {
                         // batch.lua answers a call that raised an error with its text.
                         Value::String(message) => Reply::Failed(message.to_string()),
                         Value::Bytes(message) => {
@@ -358,6 +468,7 @@ impl Lane {
                         value => Reply::Answer(Answer {
                             value,
                             acknowledged: acknowledged.clone(),
+                            acks_needed: needed(call),
                         }),
                     })
                     .collect()
@@ -370,6 +481,77 @@ impl Lane {
             Reply::Failed(message) => vec![Reply::Failed(message); count],
             Reply::NotSent(reason) => vec![Reply::NotSent(reason); count],
         }
+    }
+}
+
+impl Lane {
+    /// `WAIT replicas` for the writes this client made so far, within the ack timeout.
+    async fn wait_for(&self, replicas: u32) -> Result<i64, String> {
+        let timeout_ms = i64::try_from(self.ack_timeout_ms).unwrap_or(i64::MAX);
+        Box::pin(self.timed.wait::<i64>(i64::from(replicas), timeout_ms))
+            .await
+            .map_err(|error| error.to_string())
+    }
+}
+
+impl Call {
+    /// This call as sent to a master in acknowledged mode: a vote carries, as its last
+    /// argument, the replicas its client waits for.
+    fn waiting_for(&self, replicas: u32) -> Call {
+        if !self.script.votes() {
+            return self.clone();
+        }
+        let mut args = self.args.to_vec();
+        args.push(Value::from(i64::from(replicas)));
+        Call {
+            args: args.into(),
+            ..self.clone()
+        }
+    }
+}
+
+/// The answers in a script reply for `count` calls: the reply itself for one call.
+fn answers_of(value: &Value, count: usize) -> Box<dyn Iterator<Item = &Value> + '_> {
+    match value {
+        Value::Array(values) if count > 1 => Box::new(values.iter()),
+        value => Box::new(std::iter::once(value)),
+    }
+}
+
+/// The code a voting script answered with (its reply's first element).
+fn code_of(answer: &Value) -> Option<u64> {
+    match answer {
+        Value::Array(values) => match values.first() {
+            Some(Value::Integer(code)) => u64::try_from(*code).ok(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether a vote of the reply was granted (or renewed): only then is there something for
+/// the replicas to acknowledge.
+fn granted_any(value: &Value, count: usize) -> bool {
+    answers_of(value, count).any(|answer| code_of(answer) == Some(code::GRANTED))
+}
+
+/// The replicas a master in acknowledged mode named when it refused a call that waited for
+/// another number of them.
+fn acks_required(answer: &Reply<Answer>) -> Option<u32> {
+    let Reply::Answer(Answer {
+        value: Value::Array(values),
+        ..
+    }) = answer
+    else {
+        return None;
+    };
+    match values.as_slice() {
+        [Value::Integer(code), Value::Integer(replicas)]
+            if u64::try_from(*code).ok() == Some(code::ACKS_REQUIRED) =>
+        {
+            u32::try_from(*replicas).ok()
+        }
+        _ => None,
     }
 }
 

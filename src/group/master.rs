@@ -88,9 +88,12 @@ impl Master {
             client.clone(),
             diagnosis,
         )));
-        let acks = (topology.replica_acks > 0)
-            .then_some((topology.replica_acks, topology.replica_ack_timeout_ms));
-        let lane = Arc::new(Lane::new(timed.clone(), call_timeout, acks, batching));
+        let lane = Arc::new(Lane::new(
+            timed.clone(),
+            call_timeout,
+            topology.replica_ack_timeout_ms,
+            batching,
+        ));
         Ok(Master {
             connection: Mutex::new(None),
             script_loader,

@@ -747,9 +747,10 @@ impl Lab {
         let marker = crate::engine::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
         let policy_key = crate::engine::resource::policy_key(crate::config::DEFAULT_KEY_PREFIX);
         let policy = self.state.spec.policy();
-        let (max_ttl, window) = (
+        let (max_ttl, window, acked) = (
             policy.max_ttl_ms.to_string(),
             policy.write_window_ms.to_string(),
+            policy.acked_replicas.to_string(),
         );
         for record in self.records(NodeKind::Master) {
             let args = [
@@ -761,6 +762,8 @@ impl Lab {
                 max_ttl.as_str(),
                 window.as_str(),
                 "0",
+                "0",
+                acked.as_str(),
             ];
             resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
                 .await

@@ -495,6 +495,12 @@ impl From<&GroupVote> for GroupVoteView {
                 ));
                 "permits_differ"
             }
+            Vote::ReplicasMissing { online, needed } => {
+                view.message = Some(format!(
+                    "acknowledged mode: {online} of this master's {needed} replicas are attached and in sync, so it does not vote"
+                ));
+                "replicas_missing"
+            }
             Vote::NotAwaited => "not_awaited",
         }
         .to_string();
