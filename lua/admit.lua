@@ -52,6 +52,22 @@ else
   redis.call('HSET', KEYS[1], 'history', history, 'vote_from', vote_from)
 end
 redis.set_repl(redis.REPL_ALL)
+-- The record of acknowledged mode (admission.lua), replicated. A master that held no policy
+-- never voted: its record is its marker, so a replica promoted in its place votes when it
+-- would. One that voted outside the mode until now gets a record from now: those votes
+-- may be missing on its replicas. One already in the mode keeps its record.
+local was_acked = (tonumber(current[3]) or 0) > 0
+if acked > 0 and not (had_policy and was_acked) then
+  local record = KEYS[2] .. ':acked'
+  redis.call('DEL', record)
+  if not had_policy and since then
+    redis.call('HSET', record, 'history', history, 'since', since, 'vote_from', vote_from)
+  elseif not had_policy then
+    redis.call('HSET', record, 'history', history, 'vote_from', vote_from)
+  else
+    redis.call('HSET', record, 'history', history, 'since', now, 'vote_from', vote_from)
+  end
+end
 if since then
   vote_from = math.max(vote_from, since + max_ttl + window)
 end

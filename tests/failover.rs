@@ -261,3 +261,186 @@ async fn in_acknowledged_mode_grants_the_replicas_do_not_hold_do_not_count() {
         "unacknowledged grants were not rolled back"
     );
 }
+
+/// A lab in acknowledged mode, with a call timeout that leaves room for a replica that has
+/// just synced to acknowledge.
+async fn acknowledged_lab() -> common::Fixture {
+    fixture(
+        |spec| LabSpec {
+            acknowledged: true,
+            ..spec
+        },
+        |mut topology| {
+            topology.call_timeout_ms = 1_500;
+            topology.replica_ack_timeout_ms = 1_000;
+            topology
+        },
+    )
+    .await
+}
+
+/// Kills `group`'s master, waits for Sentinel's switch, then brings the old master back as
+/// the new one's replica: in acknowledged mode a master votes only with its replica.
+async fn fail_over(fx: &mut common::Fixture, group: usize) {
+    let mut failovers = fx.locks.failovers();
+    fx.lab.kill(group).await.expect("kill");
+    let name = format!("g{}", group + 1);
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while let Ok(failover) = failovers.recv().await {
+            if failover.group == name {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("Sentinel announces the switch");
+    fx.lab.restart(group).await.expect("restart the old master");
+    fx.lab.rejoin(group).await.expect("the old master replicates");
+}
+
+/// `group`'s vote on attempts until it is neither a failure to answer nor a refusal for a
+/// missing replica: the promoted master with its replica back.
+async fn settled_vote(locks: &Locks, group: &str, resource: &str) -> Vote {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let vote = vote_of(&attempt_votes(locks, resource).await, group);
+        let settling = matches!(
+            vote,
+            Vote::Timeout | Vote::Error { .. } | Vote::ReplicasMissing { .. } | Vote::NotAwaited
+        );
+        if !settling || Instant::now() > deadline {
+            return vote;
+        }
+        tokio::time::sleep(50 * MS).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_acknowledged_mode_a_promoted_replica_votes_at_once_and_keeps_the_lock() {
+    let mut fx = acknowledged_lab().await;
+    let lease = fx
+        .locks
+        .acquire("kept")
+        .ttl(Duration::from_secs(30))
+        .await
+        .expect("every replica acknowledges");
+    fail_over(&mut fx, 0).await;
+    // The promoted replica holds the grant its master counted.
+    assert!(
+        fx.value_on(0, &lock_key("kept")).await.is_some(),
+        "the counted grant is gone from the promoted replica"
+    );
+    // And it votes long before the quarantine (a minute) would have ended.
+    let vote = settled_vote(&fx.locks, "g1", "after-failover").await;
+    assert_eq!(vote, Vote::Granted, "a cleanly promoted replica sat out");
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_acknowledged_mode_a_replica_without_its_masters_record_sits_out() {
+    let mut fx = acknowledged_lab().await;
+    attempt_votes(&fx.locks, "records").await;
+    // The replica's record names another history, as if it had missed its master's: it
+    // cannot show that it holds every vote its master counted.
+    let replica = fx
+        .lab
+        .status()
+        .await
+        .into_iter()
+        .find(|node| node.kind == quorumlock::lab::NodeKind::Replica && node.group == Some(0))
+        .expect("g1's replica");
+    for args in [
+        &["CONFIG", "SET", "replica-read-only", "no"][..],
+        &["HSET", "ql:policy:acked", "history", "another"][..],
+    ] {
+        assert!(common::resp::call(replica.port, args).await.is_some());
+    }
+    fail_over(&mut fx, 0).await;
+    match settled_vote(&fx.locks, "g1", "after-failover").await {
+        Vote::Quarantined { remaining_ms } => {
+            assert!(remaining_ms <= fx.lab.spec().policy().quarantine_ms())
+        }
+        other => panic!("a replica that may have missed votes did not sit out: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_acknowledged_mode_a_master_short_of_its_replica_does_not_vote() {
+    // Without min-replicas-to-write, which acknowledged mode does not need, so the master's
+    // own check answers rather than Redis's NOREPLICAS; one group, so its vote is awaited.
+    let fx = fixture(
+        |spec| LabSpec {
+            acknowledged: true,
+            min_replicas_max_lag_s: None,
+            groups: 1,
+            ..spec
+        },
+        |topology| topology,
+    )
+    .await;
+    let replica = fx
+        .lab
+        .status()
+        .await
+        .into_iter()
+        .find(|node| node.kind == quorumlock::lab::NodeKind::Replica && node.group == Some(0))
+        .expect("g1's replica");
+    // SAFETY: kill(2) on the PID of a replica this test's lab started.
+    assert_eq!(unsafe { libc::kill(replica.pid as i32, libc::SIGKILL) }, 0);
+    // The master notices the closed link at once; an attempt in between may still vote.
+    let refused = common::poll_until(Duration::from_secs(10), || async {
+        match vote_of(&attempt_votes(&fx.locks, "short").await, "g1") {
+            vote @ Vote::ReplicasMissing { .. } => Some(vote),
+            _ => None,
+        }
+    })
+    .await;
+    assert_eq!(
+        refused,
+        Some(Vote::ReplicasMissing {
+            online: 0,
+            needed: 1
+        })
+    );
+    assert_eq!(fx.value_on(0, &lock_key("short")).await, None);
+}
+
+/// A client that does not wait for the replicas (an older one, or one whose idea of the mode
+/// is stale) gets no vote: the master refuses and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_master_refuses_a_vote_whose_client_waits_for_no_replica() {
+    const ACQUIRE: &str = concat!(
+        include_str!("../lua/holder.lua"),
+        include_str!("../lua/info.lua"),
+        include_str!("../lua/admission.lua"),
+        include_str!("../lua/acquire.lua")
+    );
+    let fx = acknowledged_lab().await;
+    let lock = lock_key("raw");
+    let fence = common::fence_key("raw");
+    for acks in ["0", ""] {
+        let reply = fx
+            .lab
+            .run_on_master(
+                0,
+                &[
+                    "EVAL",
+                    ACQUIRE,
+                    "4",
+                    &lock,
+                    &fence,
+                    "ql:admission",
+                    "ql:policy",
+                    "token",
+                    "5000",
+                    "100",
+                    "{}",
+                    acks,
+                ],
+            )
+            .await
+            .expect("the script answers");
+        assert!(reply.contains("Integer(9)"), "{reply}");
+    }
+    assert_eq!(fx.value_on(0, &lock).await, None);
+}

@@ -16,7 +16,7 @@ use crate::{AdmitOptions, Locks};
 
 #[derive(Debug, Clone, Args)]
 #[command(
-    after_help = "Examples:\n  quorumlock admit --yes                               # a brand-new deployment, every group, at once\n  quorumlock admit --max-ttl-ms 300000 --yes           # raise the policy\n  quorumlock admit --group g2 --after-ms 72000 --yes   # a master that lost its data: after the quarantine"
+    after_help = "Examples:\n  quorumlock admit --yes                               # a brand-new deployment, every group, at once\n  quorumlock admit --max-ttl-ms 300000 --yes           # raise the policy\n  quorumlock admit --group g2 --after-ms 72000 --yes   # a master that lost its data: after the quarantine\n  quorumlock admit --acknowledged --yes                # votes count once every replica holds them"
 )]
 pub struct AdmitArgs {
     /// Group to admit (repeat for several); every group when absent.
@@ -50,6 +50,15 @@ pub struct AdmitArgs {
     /// the --write-window-ms given.
     #[arg(long, requires = "write_window_ms")]
     allow_unread_settings: bool,
+    /// Acknowledged mode: a vote counts only once every replica of its master holds it, so
+    /// a replica promoted in its place votes at once instead of sitting out the quarantine.
+    /// Each group's policy names the replicas its master has now; every one must be up for
+    /// the group to vote. Kept as each master runs it unless this or --unacknowledged.
+    #[arg(long, conflicts_with = "unacknowledged")]
+    acknowledged: bool,
+    /// Turns acknowledged mode off: a promoted replica sits out the quarantine again.
+    #[arg(long)]
+    unacknowledged: bool,
     /// Do not ask for confirmation.
     #[arg(long)]
     yes: bool,
@@ -84,6 +93,11 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
             allow_short_window: args.allow_short_window,
             allow_unreplicated_writes: args.allow_unreplicated_writes,
             allow_unread_settings: args.allow_unread_settings,
+            acknowledged: match (args.acknowledged, args.unacknowledged) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
             ..AdmitOptions::new(max_ttl_ms)
         })
         .await?;
@@ -102,6 +116,7 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
                 .to_string(),
                 or_dash(a.policy.map(|p| p.max_ttl_ms)),
                 or_dash(a.policy.map(|p| p.write_window_ms)),
+                or_dash(a.policy.map(|p| p.acked_replicas)),
                 or_dash(a.votes_in_ms),
                 or_dash(
                     a.replicas
@@ -118,6 +133,7 @@ pub async fn run(locks: &Locks, args: &AdmitArgs, json: bool) -> anyhow::Result<
                     "RESULT",
                     "MAX_TTL_MS",
                     "WINDOW_MS",
+                    "ACKED_BY",
                     "VOTES_IN_MS",
                     "REPLICAS",
                     "WHY"

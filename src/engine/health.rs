@@ -532,6 +532,11 @@ fn unsafe_settings(
             "maxmemory-policy {maxmemory_policy} with maxmemory set may evict a live lock or fence: set maxmemory-policy noeviction (the master does not vote until then)"
         ));
     }
+    // In acknowledged mode a master cut off from its replicas gets no vote counted, so how
+    // long it goes on taking writes does not matter.
+    if policy.is_some_and(|policy| policy.acked_replicas > 0) {
+        return found;
+    }
     let settings = match settings {
         Ok(settings) => settings,
         // Refused (an ACL without CONFIG GET, say): nothing shows whether the write window
