@@ -295,7 +295,10 @@ async fn fail_over(fx: &mut common::Fixture, group: usize) {
     .await
     .expect("Sentinel announces the switch");
     fx.lab.restart(group).await.expect("restart the old master");
-    fx.lab.rejoin(group).await.expect("the old master replicates");
+    fx.lab
+        .rejoin(group)
+        .await
+        .expect("the old master replicates");
 }
 
 /// `group`'s vote on attempts until it is neither a failure to answer nor a refusal for a

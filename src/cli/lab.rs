@@ -63,6 +63,10 @@ pub enum LabCommand {
         /// Primaries per Cluster group (with --cluster).
         #[arg(long, default_value_t = 3, requires = "cluster")]
         shards: usize,
+        /// Admit the masters in acknowledged mode: a vote counts once every replica holds
+        /// it, and a promoted replica votes at once instead of sitting out the quarantine.
+        #[arg(long, conflicts_with = "cluster")]
+        acknowledged: bool,
     },
     /// Stop every process of the lab (by PID) and remove its state file.
     Down,
@@ -201,6 +205,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
             links,
             cluster,
             shards,
+            acknowledged,
         } => {
             // The relays are this very executable, run as `quorumlock lab relay`.
             let binary = if links {
@@ -225,6 +230,7 @@ pub async fn run(command: LabCommand, dir: &Path, json: bool) -> anyhow::Result<
                 links,
                 binary,
                 cluster: cluster.then_some(ClusterShape { shards }),
+                acknowledged,
                 ..LabSpec::new(dir)
             };
             up(spec).await

@@ -57,7 +57,7 @@ pub struct Topology {
     #[serde(default = "default_max_hold_ms")]
     pub max_hold_ms: u64,
     /// How long a vote waits for a master's replicas to acknowledge it in acknowledged mode,
-    /// in milliseconds (below `call_timeout_ms`).
+    /// in milliseconds; at most half of `call_timeout_ms` is used.
     #[serde(default = "default_replica_ack_timeout_ms")]
     pub replica_ack_timeout_ms: u64,
     /// TLS for every connection (masters, replicas' masters after a failover, Sentinels);
@@ -346,15 +346,6 @@ impl Topology {
             return Err(invalid(
                 "replica_ack_timeout_ms",
                 "must be at least 1 (0 would make WAIT block forever)",
-            ));
-        }
-        if self.replica_ack_timeout_ms >= self.call_timeout_ms {
-            return Err(invalid(
-                "replica_ack_timeout_ms",
-                format!(
-                    "must be below call_timeout_ms ({}), got {}",
-                    self.call_timeout_ms, self.replica_ack_timeout_ms
-                ),
             ));
         }
         if self.max_hold_ms == 0 {

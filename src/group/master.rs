@@ -91,7 +91,11 @@ impl Master {
         let lane = Arc::new(Lane::new(
             timed.clone(),
             call_timeout,
-            topology.replica_ack_timeout_ms,
+            // The wait and the script share one call timeout.
+            topology
+                .replica_ack_timeout_ms
+                .min(topology.call_timeout_ms / 2)
+                .max(1),
             batching,
         ));
         Ok(Master {
