@@ -406,6 +406,9 @@ async fn in_acknowledged_mode_a_master_short_of_its_replica_does_not_vote() {
         })
     );
     assert_eq!(fx.value_on(0, &lock_key("short")).await, None);
+    let health = fx.locks.health().await;
+    assert_eq!(health.groups[0].replicas_missing(), Some((0, 1)));
+    assert_eq!(health.voting, 0, "{health:?}");
 }
 
 /// A client that does not wait for the replicas (an older one, or one whose idea of the mode

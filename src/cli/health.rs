@@ -51,7 +51,17 @@ fn table(health: &Health, config: &ConfigLocation) -> String {
                 replicas
             },
             sentinels,
-            admission(&g.admission),
+            match (
+                g.replicas_missing(),
+                g.policy.map_or(0, |p| p.acked_replicas),
+            ) {
+                (Some((online, needed)), _) => format!(
+                    "{}, REPLICAS MISSING {online}/{needed} (acknowledged mode)",
+                    admission(&g.admission)
+                ),
+                (None, 0) => admission(&g.admission),
+                (None, needed) => format!("{}, acked by {needed}", admission(&g.admission)),
+            },
         ]
     });
     let warnings: String = health

@@ -107,9 +107,21 @@ impl Admission {
 }
 
 impl GroupHealth {
-    /// Reachable and voting.
+    /// Reachable and voting: in acknowledged mode, with every replica its policy names
+    /// online.
     pub fn votes(&self) -> bool {
-        self.reachable && matches!(self.admission, Admission::Voting | Admission::Unadmitted)
+        self.reachable
+            && matches!(self.admission, Admission::Voting | Admission::Unadmitted)
+            && self.replicas_missing().is_none()
+    }
+
+    /// In acknowledged mode, the replicas online of those the policy names, when fewer (or
+    /// more) are connected: the master then does not vote.
+    pub fn replicas_missing(&self) -> Option<(usize, u32)> {
+        let needed = self.policy.map_or(0, |policy| policy.acked_replicas);
+        let online = self.replicas.iter().filter(|r| r.state == "online").count();
+        (needed > 0 && (online != needed as usize || self.replicas.len() != needed as usize))
+            .then_some((online, needed))
     }
 }
 
