@@ -210,6 +210,8 @@ impl Injected {
 #[derive(Debug, Clone, Copy)]
 pub struct FaultWindow {
     pub fault: Fault,
+    /// The group's index in the topology.
+    pub group: usize,
     pub start: Instant,
     pub end: Instant,
 }
@@ -412,6 +414,7 @@ impl Injector {
         }
         self.windows.push(FaultWindow {
             fault,
+            group,
             start: now,
             end: self.down_until[group].max(now),
         });
@@ -634,6 +637,7 @@ impl Injector {
         }
         self.windows.push(FaultWindow {
             fault,
+            group,
             start: now,
             end: self.down_until[group].max(now),
         });

@@ -186,6 +186,22 @@ pub struct ChaosReport {
     /// Storm rounds, and those that found as many groups faulted as allowed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub storm: Option<StormRounds>,
+    /// With a storm, every fault in the order injected: when, where, and how long the group
+    /// counted as faulted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineFault>,
+}
+
+/// One storm fault on the run's timeline.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TimelineFault {
+    /// Milliseconds after the run started.
+    pub at_ms: u64,
+    pub group: String,
+    pub fault: &'static str,
+    /// How long the group counted as faulted: the hold until the fault was undone, or for a
+    /// restart its quarantine.
+    pub faulted_ms: u64,
 }
 
 impl ChaosReport {
@@ -322,6 +338,15 @@ impl ChaosReport {
             lines.push(format!(
                 "storm rounds              {} ({} found every allowed group faulted; at most {} faulted at once)",
                 rounds.rounds, rounds.rounds_full, rounds.most_faulted
+            ));
+        }
+        for fault in &self.timeline {
+            lines.push(format!(
+                "  at {:>6.1} s {:<4} {:<10} faulted {:>5.1} s",
+                fault.at_ms as f64 / 1000.0,
+                fault.group,
+                fault.fault,
+                fault.faulted_ms as f64 / 1000.0
             ));
         }
         if let Some(no_quorum_ms) = a.no_quorum_ms {
@@ -701,7 +726,32 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
             out_of_vote: votes.map(|watch| watch.groups).unwrap_or_default(),
         },
         storm: options.storm.map(|_| injector.rounds),
+        timeline: if options.storm.is_some() {
+            timeline(&injector.windows, &topology, started)
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// The faults of `windows` on the run's timeline, with the topology's group names.
+fn timeline(
+    windows: &[faults::FaultWindow],
+    topology: &Topology,
+    started: Instant,
+) -> Vec<TimelineFault> {
+    windows
+        .iter()
+        .map(|window| TimelineFault {
+            at_ms: millis(window.start.saturating_duration_since(started)),
+            group: topology
+                .groups
+                .get(window.group)
+                .map_or_else(|| format!("#{}", window.group), |g| g.name.clone()),
+            fault: window.fault.name(),
+            faulted_ms: millis(window.end.saturating_duration_since(window.start)),
+        })
+        .collect()
 }
 
 /// Random faults: one decision every `every` until `deadline` ([`faults::Injector::step`]).

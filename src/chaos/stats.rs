@@ -111,11 +111,13 @@ mod tests {
         let windows = [
             FaultWindow {
                 fault: Fault::Kill,
+                group: 0,
                 start: ms(15),
                 end: ms(100),
             },
             FaultWindow {
                 fault: Fault::Latency,
+                group: 1,
                 start: ms(505),
                 end: ms(600),
             },
