@@ -2,6 +2,8 @@
 //! makes their clocks jump, at random moments (so also in the middle of acquires), never
 //! disrupting more than `max_down` groups at a time, and brings every group back afterwards.
 //! It keeps the window of every fault, so the report can say what happened during each kind.
+//! A [`Storm`] is the other schedule: rounds at a fixed period, each faulting one group or two
+//! and undoing the fault seconds later (issue #24, "failovers that cost seconds").
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -10,6 +12,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
+use crate::engine::clock::millis;
 use crate::group::slots::HashSlot;
 use crate::lab::relay::LinkClass;
 use crate::lab::{Interruption, Lab, LabError};
@@ -97,7 +100,72 @@ impl FromStr for Fault {
     }
 }
 
+/// The storm schedule: every `every`, one group (one round in [`Storm::SECOND_GROUP`] two)
+/// gets one of [`Storm::FAULTS`]; a kill, freeze or partition is undone after a hold drawn from
+/// `hold_min..=hold_max`. At most `max_faulted` groups are faulted at once. A group restarted
+/// empty has lost its data, which no mode recovers before every lease it may have missed has
+/// expired: it counts as faulted until its quarantine (the lab's policy) ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storm {
+    pub every: Duration,
+    pub hold_min: Duration,
+    pub hold_max: Duration,
+    pub max_faulted: usize,
+}
+
+impl Default for Storm {
+    fn default() -> Self {
+        Storm {
+            every: Duration::from_secs(8),
+            hold_min: Duration::from_secs(4),
+            hold_max: Duration::from_secs(12),
+            max_faulted: 2,
+        }
+    }
+}
+
+impl Storm {
+    /// What a storm injects: a master killed (its replica promoted, the old master started
+    /// again after the hold), frozen, cut from its replicas and Sentinels while clients still
+    /// reach it (the split brain), or restarted empty at once.
+    pub const FAULTS: [Fault; 4] = [Fault::Kill, Fault::Freeze, Fault::Partition, Fault::Restart];
+
+    /// The chance that a round faults a second group (when two may be faulted).
+    pub const SECOND_GROUP: f64 = 0.25;
+
+    /// Whether the schedule can run: a period, an ordered hold range, a group to fault.
+    pub fn check(&self) -> Result<(), String> {
+        if self.every.is_zero() {
+            return Err("the period must be above 0".into());
+        }
+        if self.hold_min.is_zero() || self.hold_min > self.hold_max {
+            return Err(format!(
+                "the hold range {}-{} ms must be above 0 and in order",
+                self.hold_min.as_millis(),
+                self.hold_max.as_millis()
+            ));
+        }
+        if self.max_faulted == 0 {
+            return Err("at least one group must be allowed to be faulted".into());
+        }
+        Ok(())
+    }
+}
+
+/// How many storm rounds ran, how many found every allowed group already faulted, and the
+/// most groups faulted at once (never above the storm's `max_faulted`).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct StormRounds {
+    pub rounds: u64,
+    pub rounds_full: u64,
+    pub most_faulted: usize,
+}
+
+/// How long a failed recovery waits before it is tried again.
+const RECOVERY_RETRY: Duration = Duration::from_secs(1);
+
 /// Something to undo later.
+#[derive(Debug, Clone, Copy)]
 enum Recovery {
     Thaw,
     Revive,
@@ -142,6 +210,8 @@ impl Injected {
 #[derive(Debug, Clone, Copy)]
 pub struct FaultWindow {
     pub fault: Fault,
+    /// The group's index in the topology.
+    pub group: usize,
     pub start: Instant,
     pub end: Instant,
 }
@@ -168,6 +238,8 @@ pub(crate) struct Injector {
     drift_factor: f64,
     /// The lock keys the workers use.
     lock_keys: Vec<String>,
+    /// Storm rounds so far.
+    pub rounds: StormRounds,
 }
 
 /// Time Sentinel may take to promote a replica (down-after plus the election), with margin.
@@ -204,6 +276,7 @@ impl Injector {
             ttl,
             drift_factor,
             lock_keys,
+            rounds: StormRounds::default(),
         }
     }
 
@@ -341,6 +414,7 @@ impl Injector {
         }
         self.windows.push(FaultWindow {
             fault,
+            group,
             start: now,
             end: self.down_until[group].max(now),
         });
@@ -409,9 +483,16 @@ impl Injector {
         Ok(true)
     }
 
+    /// Undoes at `at`, and counts the group disrupted through its failover and quarantine.
     fn later(&mut self, group: usize, at: Instant, recovery: Recovery) {
         self.down_until[group] =
             self.down_until[group].max(at + FAILOVER_ALLOWANCE + self.quarantine);
+        self.undo_at(group, at, recovery);
+    }
+
+    /// Undoes at `at`; the group counts as faulted until then (the storm's count).
+    fn undo_at(&mut self, group: usize, at: Instant, recovery: Recovery) {
+        self.down_until[group] = self.down_until[group].max(at);
         self.pending.push(Pending {
             group,
             at,
@@ -419,7 +500,14 @@ impl Injector {
         });
     }
 
-    /// Runs the due recoveries (all of them with `everything`).
+    /// When the next recovery is due.
+    pub fn next_recovery(&self) -> Option<Instant> {
+        self.pending.iter().map(|p| p.at).min()
+    }
+
+    /// Runs the due recoveries (all of them with `everything`). One that fails does not stop
+    /// the others: it is tried again a second later (with `everything`, not again), and the
+    /// first failure is returned.
     pub async fn recover(&mut self, lab: &mut Lab, everything: bool) -> Result<(), LabError> {
         let now = Instant::now();
         let (due, later): (Vec<_>, Vec<_>) = self
@@ -427,19 +515,138 @@ impl Injector {
             .drain(..)
             .partition(|p| everything || p.at <= now);
         self.pending = later;
+        let mut first_error = None;
         for pending in due {
-            match pending.recovery {
-                Recovery::Thaw => {
-                    lab.thaw(pending.group).await?;
+            let outcome = match pending.recovery {
+                Recovery::Thaw => lab.thaw(pending.group).await,
+                Recovery::Revive => lab.restart(pending.group).await,
+                Recovery::Heal => lab.heal(pending.group).await,
+            };
+            if let Err(error) = outcome {
+                tracing::warn!(group = pending.group, %error, recovery = ?pending.recovery, "chaos: a recovery failed");
+                if !everything {
+                    self.pending.push(Pending {
+                        at: Instant::now() + RECOVERY_RETRY,
+                        ..pending
+                    });
                 }
-                Recovery::Revive => {
-                    lab.restart(pending.group).await?;
-                }
-                Recovery::Heal => {
-                    lab.heal(pending.group).await?;
-                }
+                first_error.get_or_insert(error);
             }
         }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Groups faulted under the storm's count at `now`: a fault not undone yet, or a restart
+    /// still in its quarantine.
+    fn storm_faulted(&self, group: usize, now: Instant) -> bool {
+        self.down_until[group] > now || self.pending.iter().any(|p| p.group == group)
+    }
+
+    /// One round of `storm`: one group, or two, of those not faulted get a fault each, while
+    /// no more than `max_faulted` are faulted at once. The due recoveries run first. A fault
+    /// that cannot be injected does not stop the other; the first failure is returned.
+    pub async fn storm_round(&mut self, lab: &mut Lab, storm: &Storm) -> Result<(), LabError> {
+        // A group whose recovery failed keeps it pending, so it stays faulted meanwhile.
+        if let Err(error) = self.recover(lab, false).await {
+            tracing::warn!(%error, "chaos: a fault could not be undone");
+        }
+        let now = Instant::now();
+        let free: Vec<usize> = (0..self.down_until.len())
+            .filter(|g| !self.storm_faulted(*g, now))
+            .collect();
+        let faulted = self.down_until.len() - free.len();
+        let room = storm.max_faulted.saturating_sub(faulted);
+        self.rounds.rounds += 1;
+        let chosen: Vec<(usize, Fault, Duration)> = {
+            let mut rng = rand::thread_rng();
+            let wanted = if rng.gen_bool(Storm::SECOND_GROUP) {
+                2
+            } else {
+                1
+            };
+            free.choose_multiple(&mut rng, wanted.min(room))
+                .map(|group| {
+                    let fault = Storm::FAULTS
+                        .choose(&mut rng)
+                        .copied()
+                        .unwrap_or(Fault::Kill);
+                    let hold = rng.gen_range(storm.hold_min..=storm.hold_max);
+                    (*group, fault, hold)
+                })
+                .collect()
+        };
+        if chosen.is_empty() {
+            self.rounds.rounds_full += 1;
+            tracing::info!(faulted, "chaos: storm round skipped, no group free");
+            return Ok(());
+        }
+        let mut first_error = None;
+        for (group, fault, hold) in chosen {
+            if let Err(error) = self.storm_fault(lab, group, fault, hold).await {
+                tracing::warn!(group, ?fault, %error, "chaos: a storm fault could not be injected");
+                first_error.get_or_insert(error);
+            }
+        }
+        let now = Instant::now();
+        let faulted = (0..self.down_until.len())
+            .filter(|g| self.storm_faulted(*g, now))
+            .count();
+        self.rounds.most_faulted = self.rounds.most_faulted.max(faulted);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Injects one storm fault on `group`, undone after `hold` (a restart: none to undo, the
+    /// group counts as faulted through its quarantine).
+    async fn storm_fault(
+        &mut self,
+        lab: &mut Lab,
+        group: usize,
+        fault: Fault,
+        hold: Duration,
+    ) -> Result<(), LabError> {
+        let now = Instant::now();
+        match fault {
+            Fault::Kill => {
+                lab.kill(group).await?;
+                self.injected.kill += 1;
+                self.undo_at(group, now + hold, Recovery::Revive);
+            }
+            Fault::Freeze => {
+                lab.freeze(group).await?;
+                self.injected.freeze += 1;
+                self.undo_at(group, now + hold, Recovery::Thaw);
+            }
+            Fault::Partition => {
+                // Cut from its replicas and its Sentinels: Sentinel promotes a replica while
+                // clients still reach the old master. A heal lifts whatever was cut.
+                lab.partition(group, LinkClass::Replica).await?;
+                self.undo_at(group, now + hold, Recovery::Heal);
+                lab.partition(group, LinkClass::Sentinel).await?;
+                self.injected.partition += 1;
+            }
+            Fault::Restart => {
+                lab.restart(group).await?;
+                self.injected.restart += 1;
+                self.down_until[group] =
+                    self.down_until[group].max(Instant::now() + self.quarantine);
+            }
+            other => {
+                tracing::warn!(?other, "chaos: not a storm fault");
+                return Ok(());
+            }
+        }
+        self.windows.push(FaultWindow {
+            fault,
+            group,
+            start: now,
+            end: self.down_until[group].max(now),
+        });
+        tracing::info!(
+            group,
+            ?fault,
+            hold_ms = millis(hold),
+            "chaos: storm fault injected"
+        );
         Ok(())
     }
 }

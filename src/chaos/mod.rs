@@ -2,8 +2,10 @@
 //! or nothing) and for the permits of a semaphore while the fault injector kills, freezes and
 //! restarts masters and workers stall past their validity; every hold is reported to the
 //! safety checker and every write goes through a fenced store. Used by `quorumlock chaos`
-//! and by the bounded chaos test.
+//! and by the bounded chaos test. A [`Storm`] replaces the random faults with a schedule of
+//! failovers, and the report's [`Availability`] says how long the locks were out of reach.
 
+mod availability;
 pub mod checker;
 mod faults;
 mod stats;
@@ -17,7 +19,8 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use serde::Serialize;
 
-pub use faults::{Fault, Injected};
+pub use availability::{Availability, GroupOutOfVote};
+pub use faults::{Fault, Injected, Storm, StormRounds};
 pub use stats::FaultStats;
 pub use store::FencedStore;
 pub use workers::{Pattern, PatternStats, SEMAPHORE, slot_key};
@@ -30,6 +33,13 @@ use crate::{Clock, Error, Locks, Topology};
 
 /// Resource names of a chaos run start with this.
 pub const RESOURCE_PREFIX: &str = "chaos:";
+
+/// The production policy's longest TTL (docs/safety.md, "Operating rules").
+pub const PRODUCTION_MAX_TTL_MS: u64 = 60_000;
+
+/// The production policy's `min-replicas-max-lag` on every data node: a write window of
+/// 12 000 ms.
+pub const PRODUCTION_MIN_REPLICAS_MAX_LAG_S: u64 = 10;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -46,7 +56,16 @@ pub struct ChaosOptions {
     pub permit_workers: usize,
     /// The semaphore's permit count.
     pub permits: u32,
+    /// The faults injected at random (ignored with `storm`, which injects [`Storm::FAULTS`]).
     pub faults: Vec<Fault>,
+    /// The storm schedule instead of random faults every `fault_every`.
+    pub storm: Option<Storm>,
+    /// The lab's masters take the production policy: `max_ttl_ms` 60 000 and
+    /// `min-replicas-max-lag 10` (a write window of 12 000 ms), so a new master sits out
+    /// 72 s; without it the policy is the run's TTL and a lag of one second.
+    pub production_policy: bool,
+    /// The lab admits its masters in acknowledged mode ([`LabSpec::acknowledged`]).
+    pub acknowledged: bool,
     /// TTL of every lease; also the topology's max TTL, so quarantines stay this short.
     pub ttl: Duration,
     /// How long a worker keeps trying to acquire.
@@ -74,6 +93,9 @@ impl Default for ChaosOptions {
             permit_workers: 4,
             permits: 2,
             faults: vec![Fault::Kill, Fault::Freeze, Fault::Restart, Fault::Pause],
+            storm: None,
+            production_policy: false,
+            acknowledged: false,
             ttl: Duration::from_millis(1000),
             wait: Duration::from_secs(5),
             fault_every: Duration::from_millis(1500),
@@ -81,6 +103,16 @@ impl Default for ChaosOptions {
             pause_chance: 0.01,
             crash_chance: 0.005,
             mixed_configs: false,
+        }
+    }
+}
+
+impl ChaosOptions {
+    /// Whether the run injects `fault`: one of the storm's, or of `faults` without a storm.
+    pub fn injects(&self, fault: Fault) -> bool {
+        match self.storm {
+            Some(_) => Storm::FAULTS.contains(&fault),
+            None => self.faults.contains(&fault),
         }
     }
 }
@@ -148,6 +180,28 @@ pub struct ChaosReport {
     pub per_fault: Vec<FaultStats>,
     /// The longest time in the run with no successful acquire.
     pub longest_gap_ms: u64,
+    /// Grants, the share of acquires that succeeded, the longest gap and when it began, and
+    /// with a storm each group's time out of the vote.
+    pub availability: Availability,
+    /// Storm rounds, and those that found as many groups faulted as allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storm: Option<StormRounds>,
+    /// With a storm, every fault in the order injected: when, where, and how long the group
+    /// counted as faulted.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<TimelineFault>,
+}
+
+/// One storm fault on the run's timeline.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct TimelineFault {
+    /// Milliseconds after the run started.
+    pub at_ms: u64,
+    pub group: String,
+    pub fault: &'static str,
+    /// How long the group counted as faulted: the hold until the fault was undone, or for a
+    /// restart its quarantine.
+    pub faulted_ms: u64,
 }
 
 impl ChaosReport {
@@ -253,7 +307,11 @@ impl ChaosReport {
                 self.valid_writes_rejected_assumption_broken
             ),
             format!("locks still present       {}", self.locks_left),
-            format!("longest gap, no acquire   {} ms", self.longest_gap_ms),
+            format!(
+                "longest gap, no acquire   {} ms, from {:.1} s into the run",
+                self.availability.longest_gap_ms,
+                self.availability.longest_gap_started_ms as f64 / 1000.0
+            ),
         ]);
         for stats in &self.per_fault {
             lines.push(format!(
@@ -261,8 +319,52 @@ impl ChaosReport {
                 stats.fault, stats.injected, stats.acquisitions, stats.longest_gap_ms
             ));
         }
+        lines.extend(self.availability_lines());
         lines.push(format!("verdict                   {}", self.verdict()));
         lines.join("\n")
+    }
+
+    fn availability_lines(&self) -> Vec<String> {
+        let a = &self.availability;
+        let mut lines = vec![format!(
+            "grants                    {} ({:.1}/s); {:.2}% of {} acquires (wait {} ms) succeeded",
+            a.grants,
+            a.grants_per_s,
+            a.success_share * 100.0,
+            a.acquires,
+            a.wait_ms
+        )];
+        if let Some(rounds) = &self.storm {
+            lines.push(format!(
+                "storm rounds              {} ({} found every allowed group faulted; at most {} faulted at once)",
+                rounds.rounds, rounds.rounds_full, rounds.most_faulted
+            ));
+        }
+        for fault in &self.timeline {
+            lines.push(format!(
+                "  at {:>6.1} s {:<4} {:<10} faulted {:>5.1} s",
+                fault.at_ms as f64 / 1000.0,
+                fault.group,
+                fault.fault,
+                fault.faulted_ms as f64 / 1000.0
+            ));
+        }
+        if let Some(no_quorum_ms) = a.no_quorum_ms {
+            lines.push(format!(
+                "no quorum (health, 1/s)   {:.1} s; quarantine {} ms",
+                no_quorum_ms as f64 / 1000.0,
+                a.quarantine_ms
+            ));
+        }
+        for group in &a.out_of_vote {
+            lines.push(format!(
+                "  {:<10} out of the vote {:>7.1} s, longest {:>7.1} s",
+                group.group,
+                group.out_of_vote_ms as f64 / 1000.0,
+                group.longest_out_ms as f64 / 1000.0
+            ));
+        }
+        lines
     }
 }
 
@@ -286,9 +388,28 @@ struct Tally {
 /// comes back as a master beside the promoted replica, and some clients may reach it until
 /// Sentinel demotes it. That is only safe with `min-replicas-to-write` (docs/safety.md), so
 /// those labs set it, with two replicas per group: with one, a promoted replica has none left
-/// and takes no writes until the old master rejoins.
+/// and takes no writes until the old master rejoins. The production policy replaces the TTL
+/// and the lag with [`PRODUCTION_MAX_TTL_MS`] and [`PRODUCTION_MIN_REPLICAS_MAX_LAG_S`];
+/// `acknowledged` sets [`LabSpec::acknowledged`].
 pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
-    let has = |fault| options.faults.contains(&fault);
+    let spec = if options.production_policy {
+        LabSpec {
+            min_replicas_max_lag_s: Some(PRODUCTION_MIN_REPLICAS_MAX_LAG_S),
+            ..spec
+        }
+    } else {
+        spec
+    };
+    let max_ttl_ms = if options.production_policy {
+        PRODUCTION_MAX_TTL_MS.max(millis(options.ttl))
+    } else {
+        millis(options.ttl)
+    };
+    let spec = LabSpec {
+        acknowledged: spec.acknowledged || options.acknowledged,
+        ..spec
+    };
+    let has = |fault| options.injects(fault);
     let split_brain =
         has(Fault::Partition) || has(Fault::Freeze) || has(Fault::Kill) || has(Fault::Restart);
     if spec.cluster.is_some() {
@@ -299,7 +420,7 @@ pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
         // shard a promoted replica takes no writes until the old primary rejoins under it:
         // availability, not safety, and half the processes of two replicas.
         return LabSpec {
-            max_ttl_ms: millis(options.ttl),
+            max_ttl_ms,
             replicas: spec.replicas.max(1),
             min_replicas_max_lag_s: if split_brain {
                 Some(spec.min_replicas_max_lag_s.unwrap_or(1))
@@ -310,7 +431,7 @@ pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
         };
     }
     LabSpec {
-        max_ttl_ms: millis(options.ttl),
+        max_ttl_ms,
         links: spec.links || has(Fault::Partition) || has(Fault::Latency),
         min_replicas_max_lag_s: if split_brain {
             Some(spec.min_replicas_max_lag_s.unwrap_or(1))
@@ -330,6 +451,12 @@ pub fn lab_spec(spec: LabSpec, options: &ChaosOptions) -> LabSpec {
 /// faults a Cluster lab can inject (no relays for partitions and latency; lock keys spread
 /// over shards for clock faults). The error names the option.
 pub fn check_cluster(options: &ChaosOptions) -> Result<(), Error> {
+    if options.storm.is_some() {
+        return Err(Error::invalid(
+            "storm",
+            "a storm partitions masters from their Sentinels: it needs Sentinel groups",
+        ));
+    }
     if options.patterns.contains(&Pattern::Sets) {
         return Err(Error::invalid(
             "patterns",
@@ -357,7 +484,7 @@ pub fn check_cluster(options: &ChaosOptions) -> Result<(), Error> {
 
 /// Whether `options` suit the Sentinel lab: a slot migration needs Cluster groups.
 fn check_sentinel(options: &ChaosOptions) -> Result<(), Error> {
-    if options.faults.contains(&Fault::Migrate) {
+    if options.injects(Fault::Migrate) {
         return Err(Error::invalid(
             "faults",
             "migrate moves a hash slot between shards: it needs a Cluster lab (--cluster)",
@@ -372,6 +499,11 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         check_cluster(options)?;
     } else {
         check_sentinel(options)?;
+    }
+    if let Some(storm) = &options.storm {
+        storm
+            .check()
+            .map_err(|reason| Error::invalid("storm", reason))?;
     }
     let policy = lab.spec().policy();
     if millis(options.ttl) > policy.max_ttl_ms {
@@ -439,11 +571,16 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     if permits {
         resources.push(SEMAPHORE.to_string());
     }
+    let storm_faults = Storm::FAULTS.to_vec();
     let mut injector = faults::Injector::new(
         topology.groups.len(),
         lab.spec().cluster.map(|shape| shape.shards),
         resources,
-        &options.faults,
+        if options.storm.is_some() {
+            &storm_faults
+        } else {
+            &options.faults
+        },
         options.max_down,
         Duration::from_millis(policy.quarantine_ms()),
         // Mixed configs include a drift_factor of 0.005: cut within the smallest allowance.
@@ -457,20 +594,21 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         ),
         lock_keys,
     );
-    let mut ticks = tokio::time::interval(options.fault_every);
-    ticks.tick().await;
-    while Instant::now() < deadline {
-        ticks.tick().await;
-        if Instant::now() >= deadline {
-            break;
-        }
-        if let Err(error) = injector.step(lab).await {
-            tracing::warn!(%error, "chaos: a fault could not be injected");
-        }
+    // A storm's figures include each group's time out of the vote, from `health`.
+    let votes = options
+        .storm
+        .map(|_| tokio::spawn(availability::watch_votes(locks.clone(), deadline)));
+    match &options.storm {
+        Some(storm) => storm_faults_until(lab, &mut injector, storm, (started, deadline)).await,
+        None => random_faults_until(lab, &mut injector, options.fault_every, deadline).await,
     }
     for worker in workers {
         let _ = worker.await;
     }
+    let votes = match votes {
+        Some(watcher) => watcher.await.ok(),
+        None => None,
+    };
     let recovered = injector.recover(lab, true).await;
     let ended = Instant::now();
     let duration = ended - started;
@@ -521,7 +659,7 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
     };
     let broken_valid = rejected_valid.iter().filter(|r| explained(r)).count() as u64;
     let valid_writes_rejected = rejected_valid.len() as u64 - broken_valid;
-    let (per_fault, longest_gap_ms) =
+    let (per_fault, longest_gap) =
         stats::per_fault(&injector.windows, &checker.holds(), (started, ended));
     let attempts = tally.attempts.load(Ordering::Relaxed);
     let acquired = tally.acquired.load(Ordering::Relaxed);
@@ -570,8 +708,105 @@ pub async fn run(lab: &mut Lab, options: &ChaosOptions) -> Result<ChaosReport, E
         valid_writes_rejected_assumption_broken: broken_valid,
         locks_left,
         per_fault,
-        longest_gap_ms,
+        longest_gap_ms: longest_gap.ms,
+        availability: Availability {
+            wait_ms: millis(options.wait),
+            acquires: attempts,
+            success_share: if attempts == 0 {
+                0.0
+            } else {
+                acquired as f64 / attempts as f64
+            },
+            grants: acquired,
+            grants_per_s: acquired as f64 / duration.as_secs_f64().max(0.001),
+            longest_gap_ms: longest_gap.ms,
+            longest_gap_started_ms: millis(longest_gap.start.saturating_duration_since(started)),
+            quarantine_ms: policy.quarantine_ms(),
+            no_quorum_ms: votes.as_ref().map(|watch| watch.no_quorum_ms),
+            out_of_vote: votes.map(|watch| watch.groups).unwrap_or_default(),
+        },
+        storm: options.storm.map(|_| injector.rounds),
+        timeline: if options.storm.is_some() {
+            timeline(&injector.windows, &topology, started)
+        } else {
+            Vec::new()
+        },
     })
+}
+
+/// The faults of `windows` on the run's timeline, with the topology's group names.
+fn timeline(
+    windows: &[faults::FaultWindow],
+    topology: &Topology,
+    started: Instant,
+) -> Vec<TimelineFault> {
+    windows
+        .iter()
+        .map(|window| TimelineFault {
+            at_ms: millis(window.start.saturating_duration_since(started)),
+            group: topology
+                .groups
+                .get(window.group)
+                .map_or_else(|| format!("#{}", window.group), |g| g.name.clone()),
+            fault: window.fault.name(),
+            faulted_ms: millis(window.end.saturating_duration_since(window.start)),
+        })
+        .collect()
+}
+
+/// Random faults: one decision every `every` until `deadline` ([`faults::Injector::step`]).
+async fn random_faults_until(
+    lab: &mut Lab,
+    injector: &mut faults::Injector,
+    every: Duration,
+    deadline: Instant,
+) {
+    let mut ticks = tokio::time::interval(every);
+    ticks.tick().await;
+    while Instant::now() < deadline {
+        ticks.tick().await;
+        if Instant::now() >= deadline {
+            break;
+        }
+        if let Err(error) = injector.step(lab).await {
+            tracing::warn!(%error, "chaos: a fault could not be injected");
+        }
+    }
+}
+
+/// The storm: a round every `storm.every` from the start, and each fault undone when its hold
+/// ends (the injector says when the next one is due), until `deadline`.
+async fn storm_faults_until(
+    lab: &mut Lab,
+    injector: &mut faults::Injector,
+    storm: &Storm,
+    (started, deadline): (Instant, Instant),
+) {
+    let mut next_round = started + storm.every;
+    loop {
+        let wake = injector
+            .next_recovery()
+            .map_or(next_round, |due| due.min(next_round))
+            .min(deadline);
+        tokio::time::sleep_until(wake.into()).await;
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        if now < next_round {
+            if let Err(error) = injector.recover(lab, false).await {
+                tracing::warn!(%error, "chaos: a fault could not be undone");
+            }
+            continue;
+        }
+        if let Err(error) = injector.storm_round(lab, storm).await {
+            tracing::warn!(%error, "chaos: a storm round failed");
+        }
+        // A round that ran late does not bunch up the next ones.
+        while next_round <= Instant::now() {
+            next_round += storm.every;
+        }
+    }
 }
 
 /// A write refused although its holder believed its lease valid.
@@ -606,7 +841,7 @@ fn worker_setup(worker: usize, topology: &Topology, options: &ChaosOptions) -> (
         config.max_ttl_ms = millis(options.ttl) * (1 + worker as u64 % 3);
         config.drift_factor = [0.01, 0.02, 0.005][worker % 3];
     }
-    let clock = if options.faults.contains(&Fault::Clock) {
+    let clock = if options.injects(Fault::Clock) {
         let mut rng = rand::thread_rng();
         let offset = rng.gen_range(-2_000_000..=2_000_000);
         let rate = if worker % 4 == 3 {

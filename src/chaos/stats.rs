@@ -21,12 +21,20 @@ pub struct FaultStats {
     pub longest_gap_ms: u64,
 }
 
-/// One row per kind of fault that was injected, and the longest gap of the whole run.
+/// The longest stretch of a run with no successful acquire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    pub start: Instant,
+    pub ms: u64,
+}
+
+/// One row per kind of fault that was injected, and the longest gap of the whole run (the
+/// first of the longest, starting at the run's start when nothing was acquired before it).
 pub fn per_fault(
     windows: &[FaultWindow],
     holds: &[Hold],
     run: (Instant, Instant),
-) -> (Vec<FaultStats>, u64) {
+) -> (Vec<FaultStats>, Gap) {
     let mut starts: Vec<Instant> = holds.iter().map(|h| h.acquired_at).collect();
     starts.sort();
     // Gaps between successive acquisitions, with the run's start and end as bounds.
@@ -38,7 +46,19 @@ pub fn per_fault(
         }
         previous = previous.max(start);
     }
-    let longest = gaps.iter().map(|(a, b)| millis(*b - *a)).max().unwrap_or(0);
+    let longest = gaps
+        .iter()
+        .map(|(a, b)| Gap {
+            start: *a,
+            ms: millis(*b - *a),
+        })
+        .fold(
+            Gap {
+                start: run.0,
+                ms: 0,
+            },
+            |best, gap| if gap.ms > best.ms { gap } else { best },
+        );
     let stats = Fault::ALL
         .into_iter()
         .filter_map(|fault| {
@@ -91,17 +111,25 @@ mod tests {
         let windows = [
             FaultWindow {
                 fault: Fault::Kill,
+                group: 0,
                 start: ms(15),
                 end: ms(100),
             },
             FaultWindow {
                 fault: Fault::Latency,
+                group: 1,
                 start: ms(505),
                 end: ms(600),
             },
         ];
         let (stats, longest) = per_fault(&windows, &holds, (base, ms(1000)));
-        assert_eq!(longest, 490);
+        assert_eq!(
+            longest,
+            Gap {
+                start: ms(510),
+                ms: 490
+            }
+        );
         assert_eq!(stats.len(), 2);
         assert_eq!(stats[0].fault, "kill");
         assert_eq!(stats[0].acquisitions, 1);

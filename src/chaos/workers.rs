@@ -177,7 +177,7 @@ pub(crate) async fn work(
     (locks, checker, store, tally): (Locks, Arc<Checker>, Arc<FencedStore>, Arc<Tally>),
 ) {
     let owner = format!("chaos-worker-{worker}");
-    let pauses = options.faults.contains(&Fault::Pause);
+    let pauses = options.injects(Fault::Pause);
     let clock_broken = super::clock_broken(locks.clock(), locks.topology().drift_factor);
     let counts = tally.of(pattern);
     while Instant::now() < deadline {
