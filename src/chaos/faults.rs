@@ -169,6 +169,10 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(1);
 enum Recovery {
     Thaw,
     Revive,
+    /// Started again as a replica of the master Sentinel names, as deployments start a data
+    /// node (a start-up script asks Sentinel), instead of as a master Sentinel re-points some
+    /// 8 to 18 s later.
+    ReviveAsReplica,
     Heal,
 }
 
@@ -518,9 +522,13 @@ impl Injector {
         let mut first_error = None;
         for pending in due {
             let outcome = match pending.recovery {
-                Recovery::Thaw => lab.thaw(pending.group).await,
-                Recovery::Revive => lab.restart(pending.group).await,
-                Recovery::Heal => lab.heal(pending.group).await,
+                Recovery::Thaw => lab.thaw(pending.group).await.map(drop),
+                Recovery::Revive => lab.restart(pending.group).await.map(drop),
+                Recovery::ReviveAsReplica => match lab.restart(pending.group).await {
+                    Ok(_) => lab.rejoin(pending.group).await.map(drop),
+                    Err(error) => Err(error),
+                },
+                Recovery::Heal => lab.heal(pending.group).await.map(drop),
             };
             if let Err(error) = outcome {
                 tracing::warn!(group = pending.group, %error, recovery = ?pending.recovery, "chaos: a recovery failed");
@@ -609,7 +617,7 @@ impl Injector {
             Fault::Kill => {
                 lab.kill(group).await?;
                 self.injected.kill += 1;
-                self.undo_at(group, now + hold, Recovery::Revive);
+                self.undo_at(group, now + hold, Recovery::ReviveAsReplica);
             }
             Fault::Freeze => {
                 lab.freeze(group).await?;
