@@ -2,7 +2,8 @@
 //!
 //! rmcp's own decoding reports a wrong type without saying which field it was in; an agent
 //! needs the field name to fix its call, so arguments go through `serde_path_to_error` here
-//! and every error starts with the field it concerns.
+//! and every error is `invalid_input` naming the field it concerns, in its text and as
+//! `error.field`. A TTL above the server's maximum is `held_too_long` instead.
 
 use std::time::Duration;
 

@@ -52,7 +52,7 @@ impl ToolError {
     /// An argument is wrong: `field` names it (as the agent spelled it, `resources[2]` say).
     pub fn invalid_input(field: impl Into<String>, message: impl Into<String>) -> ToolError {
         let mut error = ToolError::new(ErrorKind::InvalidInput, message);
-        error.view.field = Some(field.into());
+        error.view.field = Some(field.into()).filter(|field: &String| !field.is_empty());
         error
     }
 
