@@ -519,7 +519,12 @@ async fn lab() -> common::Fixture {
     .await
 }
 
-/// Runs agent.py with `args` (and `env`); returns its stdout after checking it exited 0.
+/// What the official SDK logs when a server answers the DELETE that ends an HTTP session
+/// with anything but 200 or 204.
+const TERMINATION_WARNING: &str = "Session termination failed";
+
+/// Runs agent.py with `args` (and `env`); returns its stdout after checking it exited 0 and
+/// the SDK logged no warning about the session's end.
 async fn run_agent(python: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let mut command = tokio::process::Command::new(python);
     command
@@ -533,12 +538,16 @@ async fn run_agent(python: &Path, args: &[&str], env: &[(&str, &str)]) -> String
         .unwrap_or_else(|_| panic!("agent.py still ran after {AGENT_LIMIT:?}; killed"))
         .expect("run agent.py");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!(
-        "agent.py {}\n--- stdout\n{stdout}--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
+        "agent.py {}\n--- stdout\n{stdout}--- stderr\n{stderr}",
+        output.status
     );
     assert!(output.status.success(), "agent.py failed");
+    assert!(
+        !stderr.contains(TERMINATION_WARNING),
+        "the MCP SDK warned as the session ended: {stderr}"
+    );
     stdout
 }
 
@@ -594,7 +603,8 @@ async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_stdio() {
 }
 
 #[tokio::test]
-async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_http_with_a_token() {
+async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_http_and_ends_its_session_without_a_warning()
+ {
     let Some(python) = python_with_sdk() else {
         return;
     };

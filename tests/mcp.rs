@@ -23,10 +23,7 @@ async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_
         let schema = serde_json::to_value(&tool.input_schema).expect("schema");
         // `resource` or `resources`, exactly one: neither is required by the schema itself.
         assert!(schema.get("required").is_none(), "{schema}");
-        assert_eq!(
-            schema["properties"]["resource"]["type"],
-            json!(["string", "null"])
-        );
+        assert_eq!(schema["properties"]["resource"]["type"], json!("string"));
         assert_eq!(schema["properties"]["resources"]["maxItems"], json!(64));
         assert_eq!(
             schema["properties"]["ttl_ms"]["default"],
@@ -249,12 +246,12 @@ async fn list_locks_lists_a_semaphore_in_use_as_one_entry_with_its_holders() {
             schema["properties"]["semaphores"].is_object(),
             "list_locks declares semaphores: {schema}"
         );
-        // The server's instructions tell the model of sets, semaphores and the listing.
+        // The server's instructions tell the model where to start and how errors read.
         let instructions = client
             .peer_info()
             .and_then(|info| info.instructions.clone())
             .unwrap_or_default();
-        for word in ["resources", "permits", "list_locks"] {
+        for word in ["acquire_lock", "kind", "no_quorum"] {
             assert!(instructions.contains(word), "{word}: {instructions}");
         }
 
@@ -334,7 +331,7 @@ async fn cluster_health_reports_the_quorum_and_every_group_reachable_with_its_la
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving() {
+async fn bad_input_gets_an_invalid_input_error_naming_the_field_and_the_server_keeps_serving() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &[]).await;
@@ -368,11 +365,6 @@ async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving()
                 "acquire_lock",
                 json!({"resource": "r", "ttl_ms": 1000}),
                 "min_ttl_ms",
-            ),
-            (
-                "acquire_lock",
-                json!({"resource": "r", "ttl_ms": 1_000_000_000_000_i64}),
-                "max_ttl_ms",
             ),
             (
                 "acquire_lock",
@@ -423,7 +415,20 @@ async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving()
         ];
         for (tool, arguments, field) in cases {
             let shown = arguments.to_string().chars().take(80).collect::<String>();
-            let message = tool_error(client, tool, arguments).await;
+            let (message, error) = tool_error_of(client, tool, arguments).await;
+            assert_eq!(
+                error["kind"],
+                json!("invalid_input"),
+                "{tool}({shown}): {message}"
+            );
+            // The field to fix, as the agent spelled it (`min_ttl_ms` is the bound `ttl_ms`
+            // fell below).
+            let fixed = if field == "min_ttl_ms" {
+                "ttl_ms"
+            } else {
+                field
+            };
+            assert_eq!(error["field"], json!(fixed), "{tool}({shown}): {message}");
             assert!(
                 message.contains(&format!("`{field}`")) || message.contains(field),
                 "{tool}({shown}): {message}"
@@ -434,11 +439,29 @@ async fn bad_input_gets_an_error_naming_the_field_and_the_server_keeps_serving()
                 message.len()
             );
         }
-        let unknown = try_call(client, "steal_lock", json!({"resource": "r"})).await;
-        let message = unknown.expect_err("an unknown tool is a protocol error");
-        assert!(
-            message.contains("steal_lock") && message.contains("acquire_lock"),
+        // A TTL above the server's maximum is held_too_long, naming the maximum.
+        let (message, error) = tool_error_of(
+            client,
+            "acquire_lock",
+            json!({"resource": "r", "ttl_ms": 1_000_000_000_000_i64}),
+        )
+        .await;
+        assert_eq!(
+            error,
+            json!({"kind": "held_too_long", "field": "ttl_ms", "max": 60000}),
             "{message}"
+        );
+        assert!(message.contains("max_ttl_ms"), "{message}");
+        // An unknown tool is a JSON-RPC error whose data names its kind.
+        let unknown = protocol_error(client, "steal_lock").await;
+        assert!(
+            unknown.message.contains("steal_lock") && unknown.message.contains("acquire_lock"),
+            "{}",
+            unknown.message
+        );
+        assert_eq!(
+            unknown.data,
+            Some(json!({"kind": "not_found", "field": "name"}))
         );
 
         // Still serving.
@@ -638,6 +661,47 @@ async fn keepalive_leases_are_released_when_the_http_session_is_deleted() {
             );
         }
         let _ = observer.cancel().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_http_session_is_answered_204_no_content() {
+    let fx = plain_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
+        let bearer = format!("Bearer {TOKEN}");
+        let [content_type, accept] = MCP_POST_HEADERS;
+        let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+        let (status, head, body) =
+            raw_http_response(&server.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
+        assert_eq!(status, 200, "{body}");
+        let session = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("mcp-session-id")
+                    .then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("no Mcp-Session-Id in {head}"));
+        // The official Python SDK accepts 200 or 204 and warns on anything else.
+        let delete = [
+            ("Authorization", bearer.as_str()),
+            ("Mcp-Session-Id", session.as_str()),
+        ];
+        let (status, head, _) =
+            raw_http_response(&server.addr, "DELETE", "/mcp", &delete, b"").await;
+        assert_eq!(status, 204, "{head}");
+        // The session is gone: a request naming it gets 404.
+        let (status, _) = raw_http(
+            &server.addr,
+            "POST",
+            "/mcp",
+            &[content_type, accept, delete[0], delete[1]],
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        )
+        .await;
+        assert_eq!(status, 404);
     })
     .await;
 }
@@ -1093,7 +1157,9 @@ async fn three_groups_down_give_the_quorum_error() {
         for group in 0..3 {
             fx.lab.kill(group).await.expect("kill a master");
         }
-        let message = tool_error(client, "acquire_lock", json!({"resource": "no-quorum"})).await;
+        let (message, error) =
+            tool_error_of(client, "acquire_lock", json!({"resource": "no-quorum"})).await;
+        assert_eq!(error, json!({"kind": "no_quorum"}), "{message}");
         assert!(message.contains("no quorum"), "{message}");
         for group in ["g1", "g2", "g3"] {
             assert!(message.contains(group), "{group} is not named: {message}");
@@ -1287,6 +1353,10 @@ async fn keepalive_leases_beyond_the_per_session_cap_are_refused_and_leave_no_lo
             "{}",
             text(refusal)
         );
+        assert_eq!(
+            refusal.structured_content,
+            Some(json!({"error": {"kind": "over_limit", "limit": "max_keepalive_per_session", "max": 2}}))
+        );
         assert!(
             !fx.locks.status(lost_race).await.expect("status").held,
             "{lost_race} was left locked"
@@ -1294,7 +1364,11 @@ async fn keepalive_leases_beyond_the_per_session_cap_are_refused_and_leave_no_lo
 
         // The session is at its cap: a third keepalive lease is refused naming the limit and
         // its knob, and no lock is taken.
-        let message = tool_error(client, "acquire_lock", keep("cap:3")).await;
+        let (message, error) = tool_error_of(client, "acquire_lock", keep("cap:3")).await;
+        assert_eq!(
+            error,
+            json!({"kind": "over_limit", "limit": "max_keepalive_per_session", "max": 2})
+        );
         assert!(
             message.contains("max_keepalive_per_session (2")
                 && message.contains("QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION"),
@@ -1328,7 +1402,11 @@ async fn keepalive_leases_beyond_the_server_cap_are_refused_and_leave_no_lock() 
             |resource: &str| json!({"resource": resource, "ttl_ms": 30000, "keepalive": true});
         let alices = ok(&alice, "acquire_lock", keep("fleet:a")).await;
         ok(&bob, "acquire_lock", keep("fleet:b")).await;
-        let message = tool_error(&bob, "acquire_lock", keep("fleet:c")).await;
+        let (message, error) = tool_error_of(&bob, "acquire_lock", keep("fleet:c")).await;
+        assert_eq!(
+            error,
+            json!({"kind": "over_limit", "limit": "max_keepalive", "max": 2})
+        );
         assert!(
             message.contains("max_keepalive (2")
                 && message.contains("QUORUMLOCK_MCP_MAX_KEEPALIVE"),
@@ -1458,6 +1536,14 @@ async fn tool_calls_beyond_max_concurrent_calls_are_refused_naming_the_limit() {
             refused.structured_content
         );
         let message = text(&refused);
+        assert_eq!(
+            refused.structured_content,
+            Some(
+                json!({"error": {"kind": "over_limit", "limit": "max_concurrent_calls", "max": 1}})
+            ),
+            "{message}"
+        );
+        assert!(message.starts_with("over_limit: "), "{message}");
         assert!(
             message.contains("max_concurrent_calls")
                 && message.contains("QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS"),
@@ -1660,12 +1746,14 @@ async fn resource_and_resources_are_exactly_one_of_two_and_a_bad_set_names_the_f
                     arguments[field] = value.clone();
                 }
                 let shown = arguments.to_string().chars().take(80).collect::<String>();
-                let message = tool_error(client, tool, arguments).await;
+                let (message, error) = tool_error_of(client, tool, arguments).await;
                 assert!(message.contains(expected), "{tool}({shown}): {message}");
                 assert!(
-                    message.starts_with("invalid argument"),
+                    message.starts_with("invalid_input: invalid argument"),
                     "{tool}({shown}): {message}"
                 );
+                let field = error["field"].as_str().unwrap_or_default();
+                assert!(field.starts_with("resource"), "{tool}({shown}): {error}");
             }
         }
         // Refused before anything was asked of the groups: nothing is locked.

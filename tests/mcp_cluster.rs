@@ -57,12 +57,17 @@ async fn the_lock_tools_work_on_cluster_groups() {
     assert!(u64_of(&again, "fencing_token") > fence, "{again}");
     release(client, "mcp:}x", str_of(&again, "token")).await;
 
-    let set = tool_error(
+    let (set, error) = tool_error_of(
         client,
         "acquire_lock",
         json!({"resources": ["mcp:a", "mcp:b"], "ttl_ms": 20000}),
     )
     .await;
+    assert_eq!(
+        error,
+        json!({"kind": "invalid_input", "field": "resources"}),
+        "{set}"
+    );
     assert!(
         set.contains("resources") && set.contains("Redis Cluster"),
         "{set}"

@@ -57,15 +57,22 @@ class FencedStore:
 
 
 class ToolError(Exception):
-    """A tool answered with isError: a bad argument or an infrastructure failure."""
+    """A tool answered with isError. `kind` says what went wrong (docs/mcp.md, "Errors"):
+    invalid_input, held_too_long, no_quorum (never write as if you held the lock),
+    over_limit, expired, session_closed or internal."""
+
+    def __init__(self, tool: str, kind: str, text: str):
+        super().__init__(f"{tool}: {text}")
+        self.kind = kind
 
 
 async def call(session: ClientSession, tool: str, arguments: dict) -> dict:
-    """Calls a tool and returns its structured result; a tool error raises with its text."""
+    """Calls a tool and returns its structured result; a tool error raises with its kind."""
     result = await session.call_tool(tool, arguments)
     if result.is_error:
         text = " ".join(block.text for block in result.content if hasattr(block, "text"))
-        raise ToolError(f"{tool}: {text}")
+        error = (result.structured_content or {}).get("error", {})
+        raise ToolError(tool, error.get("kind", "internal"), text)
     return result.structured_content
 
 

@@ -28,6 +28,13 @@ const VICTIM: usize = 1;
 const MAX_TTL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Args)]
+#[command(after_help = "Examples:
+  quorumlock demo                          # 30 s, 8 workers on 3 resources; g2's master killed halfway
+  quorumlock demo --duration 60 --workers 16
+  quorumlock demo --cluster                # every group a Redis Cluster of three shards
+
+It starts its own lab in a temporary directory and stops it at the end; exit code 0 when the
+safety check passed (no two holders at once, fencing tokens always growing), 4 when it failed.")]
 pub struct DemoArgs {
     /// How long the workers run, in seconds: the failed group votes again some 10 s after
     /// the kill halfway.

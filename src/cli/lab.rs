@@ -69,6 +69,9 @@ pub enum LabCommand {
         acknowledged: bool,
     },
     /// Stop every process of the lab (by PID) and remove its state file.
+    #[command(after_help = "Examples:
+  quorumlock lab down
+  quorumlock --lab-dir /tmp/lab2 lab down   # a lab started with that --lab-dir")]
     Down,
     /// Show every process: group, kind, port, PID, state and current role.
     #[command(after_help = "Examples:
@@ -100,6 +103,9 @@ pub enum LabCommand {
         shard: Option<usize>,
     },
     /// SIGCONT every frozen node of GROUP.
+    #[command(after_help = "Examples:
+  quorumlock lab freeze 2         # g2's master stops answering; its sockets stay open
+  quorumlock lab thaw 2           # it answers again")]
     Thaw {
         /// Group number, 1..N (1 is g1).
         group: usize,
@@ -107,6 +113,10 @@ pub enum LabCommand {
     /// Start the dead nodes of GROUP (or of its --shard) again, empty (nothing is
     /// persisted); if none is dead, kill and restart its current master (the shard's primary).
     /// An old master comes back as a replica of the group's current master.
+    #[command(after_help = "Examples:
+  quorumlock lab kill 3 && quorumlock lab restart 3   # g3's old master rejoins as a replica
+  quorumlock lab restart 1        # nothing dead: g1's current master restarts empty
+  quorumlock lab restart 2 --shard 1   # a lab started with --cluster: g2's shard s1")]
     Restart {
         /// Group number, 1..N (1 is g1).
         group: usize,
@@ -159,6 +169,9 @@ pub enum LabCommand {
     },
     /// Lift every cut and every slowdown on every node of GROUP; the links that were cut are
     /// reset, so their peers reconnect.
+    #[command(after_help = "Examples:
+  quorumlock lab partition 2 --from clients && quorumlock lab heal 2
+  quorumlock lab slow 3 --delay-ms 80 && quorumlock lab heal 3")]
     Heal {
         /// Group number, 1..N (1 is g1).
         group: usize,

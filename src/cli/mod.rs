@@ -109,7 +109,18 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a local topology of real redis-server masters, replicas and Sentinels.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  quorumlock lab up               # 5 groups (master + replica) and 3 Sentinels on 127.0.0.1
+  quorumlock lab status           # every process, its port, PID and role
+  quorumlock --lab health         # what the lock engine sees of it
+  quorumlock lab kill 2           # kill g2's master: Sentinel promotes its replica
+  quorumlock lab restart 2        # bring it back, empty
+  quorumlock lab down             # stop every process of the lab
+
+Each subcommand's --help has its own examples. The lab lives in --lab-dir (.quorumlock/lab)."
+    )]
     Lab(lab::LabCommand),
     /// Start a lab, let workers contend while a master is killed, print a safety summary.
     Demo(demo::DemoArgs),
@@ -138,6 +149,13 @@ enum Command {
     /// back on its source, or keys were restored by hand.
     Quarantine(quarantine::QuarantineArgs),
     /// Each group's state: master, Sentinels, replicas and lag, latency, quarantine.
+    #[command(after_help = "Examples:
+  quorumlock --lab health                      # the running lab's groups
+  quorumlock --config prod.toml health         # exits 3 when too few groups vote for a quorum
+  quorumlock --json health | jq '.groups[] | select(.reachable | not) | .group'
+
+It names the topology file in use, and prints UNSAFE lines for settings that break a safety
+assumption, each with what to change.")]
     Health,
     /// A live view of one lock, or of all locks, refreshed until Ctrl-C.
     Watch(locks::WatchArgs),

@@ -2,7 +2,8 @@
 //!
 //! rmcp's own decoding reports a wrong type without saying which field it was in; an agent
 //! needs the field name to fix its call, so arguments go through `serde_path_to_error` here
-//! and every error starts with the field it concerns.
+//! and every error is `invalid_input` naming the field it concerns, in its text and as
+//! `error.field`. A TTL above the server's maximum is `held_too_long` instead.
 
 use std::time::Duration;
 
@@ -23,11 +24,14 @@ pub fn decode<T: DeserializeOwned>(arguments: JsonObject) -> Result<T, ToolError
     serde_path_to_error::deserialize(value).map_err(|error| {
         let field = error.path().to_string();
         let inner = error.into_inner().to_string();
-        // Missing and unknown fields are reported at the root, and serde names them itself.
+        // Missing and unknown fields are reported at the root, and serde names them itself,
+        // in backquotes: "missing field `token`", "unknown field `ttl`, expected one of …".
         if field.is_empty() || field == "." {
-            ToolError::invalid_arguments(format!("invalid arguments: {inner}"))
+            let named = inner.split('`').nth(1).unwrap_or_default().to_string();
+            ToolError::invalid_input(named, format!("invalid arguments: {inner}"))
         } else {
-            ToolError::invalid_arguments(format!("invalid argument `{field}`: {inner}"))
+            let message = format!("invalid argument `{field}`: {inner}");
+            ToolError::invalid_input(field, message)
         }
     })
 }
@@ -71,10 +75,12 @@ pub fn target(
     resources: Option<Vec<String>>,
 ) -> Result<Target, ToolError> {
     match (resource, resources) {
-        (Some(_), Some(_)) => Err(ToolError::invalid_arguments(
+        (Some(_), Some(_)) => Err(ToolError::invalid_input(
+            "resource",
             "invalid arguments `resource` and `resources`: pass exactly one of them: `resource` for one lock, or `resources` for several taken together, all or nothing",
         )),
-        (None, None) => Err(ToolError::invalid_arguments(
+        (None, None) => Err(ToolError::invalid_input(
+            "resource",
             "invalid arguments: missing `resource` or `resources`: pass exactly one of them: `resource` (a name) for one lock, or `resources` (a list of names) for several taken together, all or nothing",
         )),
         (Some(name), None) => {
@@ -90,30 +96,38 @@ pub fn target(
 
 fn set(mut names: Vec<String>) -> Result<Target, ToolError> {
     if names.is_empty() {
-        return Err(ToolError::invalid_arguments(
+        return Err(ToolError::invalid_input(
+            "resources",
             "invalid argument `resources`: is empty; name at least one resource",
         ));
     }
     if names.len() > MAX_SET_RESOURCES {
-        return Err(ToolError::invalid_arguments(format!(
-            "invalid argument `resources`: names {} resources; one lock takes at most {MAX_SET_RESOURCES}. Split the work, or lock fewer, coarser names",
-            names.len()
-        )));
+        return Err(ToolError::invalid_input(
+            "resources",
+            format!(
+                "invalid argument `resources`: names {} resources; one lock takes at most {MAX_SET_RESOURCES}. Split the work, or lock fewer, coarser names",
+                names.len()
+            ),
+        ));
     }
     for (index, name) in names.iter().enumerate() {
         validate_resource(name).map_err(|error| match error {
-            Error::InvalidInput { reason, .. } => ToolError::invalid_arguments(format!(
-                "invalid argument `resources[{index}]`: {reason}"
-            )),
+            Error::InvalidInput { reason, .. } => ToolError::invalid_input(
+                format!("resources[{index}]"),
+                format!("invalid argument `resources[{index}]`: {reason}"),
+            ),
             other => ToolError::from(other),
         })?;
     }
     names.sort();
     if let Some(twice) = names.windows(2).find(|pair| pair[0] == pair[1]) {
-        return Err(ToolError::invalid_arguments(format!(
-            "invalid argument `resources`: names `{}` twice; name each resource once",
-            twice[0]
-        )));
+        return Err(ToolError::invalid_input(
+            "resources",
+            format!(
+                "invalid argument `resources`: names `{}` twice; name each resource once",
+                twice[0]
+            ),
+        ));
     }
     Ok(Target { names, set: true })
 }
@@ -124,30 +138,38 @@ pub fn permits(permits: Option<i64>, target: &Target) -> Result<Option<u32>, Too
         return Ok(None);
     };
     if target.set {
-        return Err(ToolError::invalid_arguments(
+        return Err(ToolError::invalid_input(
+            "permits",
             "invalid argument `permits`: takes one permit of one semaphore; pass it with `resource` (the semaphore's name), not with `resources`",
         ));
     }
     match u32::try_from(permits) {
         Ok(count) if (1..=MAX_PERMITS).contains(&count) => Ok(Some(count)),
-        _ => Err(ToolError::invalid_arguments(format!(
-            "invalid argument `permits`: {permits} is outside 1 to {MAX_PERMITS}; pass the semaphore's permit count, the same as every other caller"
-        ))),
+        _ => Err(ToolError::invalid_input(
+            "permits",
+            format!(
+                "invalid argument `permits`: {permits} is outside 1 to {MAX_PERMITS}; pass the semaphore's permit count, the same as every other caller"
+            ),
+        )),
     }
 }
 
 /// Checks a token's shape before it travels anywhere.
 pub fn token(token: &str) -> Result<(), ToolError> {
     if token.is_empty() {
-        return Err(ToolError::invalid_arguments(
+        return Err(ToolError::invalid_input(
+            "token",
             "invalid argument `token`: must not be empty; pass the token acquire_lock returned",
         ));
     }
     if token.len() > MAX_TOKEN_BYTES {
-        return Err(ToolError::invalid_arguments(format!(
-            "invalid argument `token`: is {} bytes long; tokens from acquire_lock are 32 hex digits",
-            token.len()
-        )));
+        return Err(ToolError::invalid_input(
+            "token",
+            format!(
+                "invalid argument `token`: is {} bytes long; tokens from acquire_lock are 32 hex digits",
+                token.len()
+            ),
+        ));
     }
     Ok(())
 }
@@ -158,15 +180,25 @@ impl Limits {
         let (min, max) = (self.min_ttl.as_millis(), self.max_ttl.as_millis());
         match u64::try_from(ttl_ms) {
             Ok(ms) if (min..=max).contains(&u128::from(ms)) => Ok(Duration::from_millis(ms)),
-            _ if ttl_ms <= 0 => Err(ToolError::invalid_arguments(format!(
-                "invalid argument `{field}`: {ttl_ms} is not a positive number of milliseconds; use {min} to {max}"
-            ))),
-            _ if i128::from(ttl_ms) < min as i128 => Err(ToolError::invalid_arguments(format!(
-                "invalid argument `{field}`: {ttl_ms} ms is below this server's min_ttl_ms of {min} (a margin against clock drift and process pauses); use {min} to {max}"
-            ))),
-            _ => Err(ToolError::invalid_arguments(format!(
-                "invalid argument `{field}`: {ttl_ms} ms is above this server's max_ttl_ms of {max}; use {min} to {max}, or keepalive: true for long work"
-            ))),
+            _ if ttl_ms <= 0 => Err(ToolError::invalid_input(
+                field,
+                format!(
+                    "invalid argument `{field}`: {ttl_ms} is not a positive number of milliseconds; use {min} to {max}"
+                ),
+            )),
+            _ if i128::from(ttl_ms) < min as i128 => Err(ToolError::invalid_input(
+                field,
+                format!(
+                    "invalid argument `{field}`: {ttl_ms} ms is below this server's min_ttl_ms of {min} (a margin against clock drift and process pauses); use {min} to {max}"
+                ),
+            )),
+            _ => Err(ToolError::held_too_long(
+                field,
+                u64::try_from(max).ok(),
+                format!(
+                    "`{field}` {ttl_ms} ms is above this server's max_ttl_ms of {max}; use {min} to {max}, or keepalive: true for long work"
+                ),
+            )),
         }
     }
 
@@ -175,9 +207,12 @@ impl Limits {
         let max = MAX_WAIT.as_millis();
         match u64::try_from(wait_ms) {
             Ok(ms) if u128::from(ms) <= max => Ok(Duration::from_millis(ms)),
-            _ => Err(ToolError::invalid_arguments(format!(
-                "invalid argument `{field}`: {wait_ms} is outside 0 to {max} milliseconds; use 0 and retry after retry_after_ms for longer waits"
-            ))),
+            _ => Err(ToolError::invalid_input(
+                field,
+                format!(
+                    "invalid argument `{field}`: {wait_ms} is outside 0 to {max} milliseconds; use 0 and retry after retry_after_ms for longer waits"
+                ),
+            )),
         }
     }
 }
@@ -186,9 +221,10 @@ impl Limits {
 pub fn list_limit(limit: i64) -> Result<usize, ToolError> {
     match usize::try_from(limit) {
         Ok(limit) if (1..=MAX_LIST_LIMIT).contains(&limit) => Ok(limit),
-        _ => Err(ToolError::invalid_arguments(format!(
-            "invalid argument `limit`: {limit} is outside 1 to {MAX_LIST_LIMIT}"
-        ))),
+        _ => Err(ToolError::invalid_input(
+            "limit",
+            format!("invalid argument `limit`: {limit} is outside 1 to {MAX_LIST_LIMIT}"),
+        )),
     }
 }
 
@@ -196,7 +232,8 @@ pub fn list_limit(limit: i64) -> Result<usize, ToolError> {
 pub fn cursor(cursor: Option<&str>) -> Result<Option<&str>, ToolError> {
     match cursor {
         Some(text) if text.is_empty() || text.chars().any(char::is_control) => {
-            Err(ToolError::invalid_arguments(
+            Err(ToolError::invalid_input(
+                "cursor",
                 "invalid argument `cursor`: pass the next_cursor of the previous list_locks result unchanged, or leave cursor out for the first page",
             ))
         }
@@ -207,7 +244,8 @@ pub fn cursor(cursor: Option<&str>) -> Result<Option<&str>, ToolError> {
 /// A `list_locks` prefix: printable text.
 pub fn prefix(prefix: &str) -> Result<(), ToolError> {
     if prefix.chars().any(char::is_control) {
-        return Err(ToolError::invalid_arguments(
+        return Err(ToolError::invalid_input(
+            "prefix",
             "invalid argument `prefix`: contains a control character; use printable text",
         ));
     }

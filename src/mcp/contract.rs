@@ -1,17 +1,20 @@
-//! The tool contract: argument and result types of every tool, exactly as agents see them.
+//! The tool contract: argument and result types of every tool, and the kinds of tool error.
 //!
-//! Field names, meanings and doc comments here are the published contract (`docs/mcp.md`);
-//! the doc comments become the JSON Schema descriptions a language model reads, so they say
-//! what a field means and what to do with it. Arguments reject unknown fields, so a typo such
-//! as `ttl` for `ttl_ms` is an error instead of a silently ignored value.
+//! Field names and meanings here are the published contract (`docs/mcp.md`, which a test
+//! compares with the schemas field for field). The doc comments of the arguments become the
+//! input schemas' descriptions, which every agent loads into its context: they say in a few
+//! words what the name and type do not. Results are described in docs/mcp.md only (their
+//! schemas carry no prose; see `schema`). Arguments reject unknown fields, so a typo such as
+//! `ttl` for `ttl_ms` is an error instead of a silently ignored value.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{GroupVote, Vote};
 
-/// Default `ttl_ms` of `acquire_lock`.
-pub const DEFAULT_TTL_MS: i64 = 15_000;
+/// Default `ttl_ms` of `acquire_lock`, unless the server's bounds exclude it
+/// ([`super::Limits::default_ttl`]).
+pub const DEFAULT_TTL_MS: u64 = 15_000;
 /// Default `limit` of `list_locks`.
 pub const DEFAULT_LIST_LIMIT: i64 = 100;
 
@@ -20,12 +23,103 @@ pub fn rfc3339(time: std::time::SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(time).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-fn default_ttl_ms() -> i64 {
-    DEFAULT_TTL_MS
-}
-
 fn default_list_limit() -> i64 {
     DEFAULT_LIST_LIMIT
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// What kind of failure a tool error is: a stable name an agent branches on. It travels as
+/// `structuredContent.error.kind` and as the first word of the error's text (docs/mcp.md,
+/// "Errors"). An unknown tool is a JSON-RPC error whose `data.kind` is `not_found`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// An argument is wrong; `field` names it. Fix the call; the same call fails again.
+    InvalidInput,
+    /// `ttl_ms` is above the longest lease this server (or the masters' lock policy) grants;
+    /// `max` says how long that is. Use a shorter `ttl_ms`, or `keepalive: true`.
+    HeldTooLong,
+    /// Too few groups answered or vote: nothing was granted. Never act as if you held the lock;
+    /// call `cluster_health`, retry in a few seconds.
+    NoQuorum,
+    /// A capacity cap of the server is reached; `limit` names it and `max` is its value.
+    /// Nothing was taken.
+    OverLimit,
+    /// The tool does not exist (a JSON-RPC error, `field: "name"`).
+    NotFound,
+    /// The vote took longer than the lease's validity: nothing is held. Retry, with a longer
+    /// `ttl_ms` if it recurs.
+    Expired,
+    /// The session ended, or the server is shutting down, while a keepalive lock was being
+    /// acquired: it was released again.
+    SessionClosed,
+    /// Anything else: a fault of the server or of its set-up. Retry later; report it if it
+    /// persists.
+    Internal,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order docs/mcp.md lists them.
+    pub const ALL: [ErrorKind; 8] = [
+        ErrorKind::InvalidInput,
+        ErrorKind::HeldTooLong,
+        ErrorKind::NoQuorum,
+        ErrorKind::OverLimit,
+        ErrorKind::NotFound,
+        ErrorKind::Expired,
+        ErrorKind::SessionClosed,
+        ErrorKind::Internal,
+    ];
+
+    /// The name agents see.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidInput => "invalid_input",
+            ErrorKind::HeldTooLong => "held_too_long",
+            ErrorKind::NoQuorum => "no_quorum",
+            ErrorKind::OverLimit => "over_limit",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Expired => "expired",
+            ErrorKind::SessionClosed => "session_closed",
+            ErrorKind::Internal => "internal",
+        }
+    }
+}
+
+/// The error kinds' names, as agents see them, in the order of [`ErrorKind::ALL`].
+pub const ERROR_KINDS: [&str; 8] = {
+    let mut names = [""; 8];
+    let mut index = 0;
+    while index < ErrorKind::ALL.len() {
+        names[index] = ErrorKind::ALL[index].as_str();
+        index += 1;
+    }
+    names
+};
+
+/// A tool error's structured content: `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorResult {
+    pub error: ErrorView,
+}
+
+/// What a tool error says to a program: its kind, and what it concerns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ErrorView {
+    /// One of [`ERROR_KINDS`].
+    pub kind: &'static str,
+    /// The argument to fix (`invalid_input`, `held_too_long`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// The capacity cap reached (`over_limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limit: Option<&'static str>,
+    /// The most allowed: the longest `ttl_ms` (`held_too_long`), the cap's value
+    /// (`over_limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max: Option<u64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -36,47 +130,21 @@ fn default_list_limit() -> i64 {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireLockArgs {
-    /// Name of the one shared thing to lock, e.g. `repo:acme/api:branch:main` or
-    /// `db:orders:migrations`. Everyone who must not act at the same time has to use exactly
-    /// the same name. 1 to 512 bytes of printable text. Pass either `resource` or
-    /// `resources`, not both.
+    /// e.g. repo:acme/api:branch:main; 1-512 bytes
     #[serde(default)]
     pub resource: Option<String>,
-    /// Several shared things to lock together, all or nothing, e.g. every file one edit
-    /// touches: you get every one of them under one token and one fencing token, or none.
-    /// 1 to 64 distinct names, in any order (each named as for `resource`). Take them in this
-    /// one call, never one call at a time: two agents each holding part of what the other
-    /// needs wait for each other forever. Pass either `resource` or `resources`, not both.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 64))]
     pub resources: Option<Vec<String>>,
-    /// Take one permit of a semaphore instead of a lock: `resource` then names a semaphore of
-    /// this many permits, which at most this many holders hold at once (e.g. "at most 4 agents
-    /// call this API at once"). 1 to 128. Every caller of the same semaphore must pass the
-    /// same count; another count is refused naming `permits`. Only with `resource`, not with
-    /// `resources`. The reply's `permit` says which permit you got; release and extend it with
-    /// its `token`, like a lock.
     #[serde(default)]
-    #[schemars(range(min = 1, max = 128))]
     pub permits: Option<i64>,
-    /// How long the lock lives, in milliseconds, unless you extend or release it first (or
-    /// set keepalive). Must lie within the server's bounds (by default 5000 to 3600000).
-    #[serde(default = "default_ttl_ms")]
-    pub ttl_ms: i64,
-    /// How long to keep trying, in milliseconds, while someone else holds the lock
-    /// (0 = one attempt, at most 60000). Prefer 0 and act on `retry_after_ms`.
+    #[serde(default)]
+    pub ttl_ms: Option<i64>,
     #[serde(default)]
     pub wait_ms: i64,
-    /// Who you are (agent name, host, job id). Shown to everyone who finds the lock held.
     #[serde(default)]
     pub owner: Option<String>,
-    /// Why you hold it, in a few words. Shown to everyone who finds the lock held.
     #[serde(default)]
     pub purpose: Option<String>,
-    /// If true, this server renews the lease for you until you call `release_lock`, until your
-    /// session ends (then it releases the lock), or until the server's max hold time. Over
-    /// HTTP a session without any call for the server's idle timeout (default 5 minutes)
-    /// counts as ended, so call `lock_status` now and then while you work.
     #[serde(default)]
     pub keepalive: bool,
 }
@@ -85,15 +153,10 @@ pub struct AcquireLockArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseLockArgs {
-    /// The resource name you passed to `acquire_lock` as `resource`.
     #[serde(default)]
     pub resource: Option<String>,
-    /// The names you passed to `acquire_lock` as `resources` (any order): the whole set is
-    /// released together. Pass either `resource` or `resources`, not both.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 64))]
     pub resources: Option<Vec<String>>,
-    /// The `token` that `acquire_lock` returned (not the fencing_token).
     pub token: String,
 }
 
@@ -101,17 +164,11 @@ pub struct ReleaseLockArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExtendLockArgs {
-    /// The resource name you passed to `acquire_lock` as `resource`.
     #[serde(default)]
     pub resource: Option<String>,
-    /// The names you passed to `acquire_lock` as `resources` (any order): the whole set is
-    /// renewed together. Pass either `resource` or `resources`, not both.
     #[serde(default)]
-    #[schemars(length(min = 1, max = 64))]
     pub resources: Option<Vec<String>>,
-    /// The `token` that `acquire_lock` returned (not the fencing_token).
     pub token: String,
-    /// New lifetime in milliseconds, counted from now (same bounds as `acquire_lock`).
     pub ttl_ms: i64,
 }
 
@@ -119,7 +176,6 @@ pub struct ExtendLockArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LockStatusArgs {
-    /// The resource name to look at.
     pub resource: String,
 }
 
@@ -127,14 +183,10 @@ pub struct LockStatusArgs {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListLocksArgs {
-    /// Only locks and semaphores whose name starts with this text (default: all).
     #[serde(default)]
     pub prefix: Option<String>,
-    /// Most locks and semaphores to return together on this page, 1 to 10000 (default 100).
     #[serde(default = "default_list_limit")]
     pub limit: i64,
-    /// Where to continue: the `next_cursor` of the previous list_locks result, unchanged, with
-    /// the same prefix. Leave it out for the first page.
     #[serde(default)]
     pub cursor: Option<String>,
 }
@@ -215,13 +267,7 @@ pub struct QuorumReport {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct GroupVoteView {
     pub group: String,
-    /// `granted`, `held` (someone else holds it there), `fence_ahead`, `not_held`,
-    /// `quarantined` (a new master sitting out; `remaining_ms` says how long), `no_policy` (a
-    /// master that lost its data, waiting to adopt the lock policy of a majority), `evicts` (a
-    /// master that may evict keys sits out), `above_policy` (the ttl is above the masters' lock
-    /// policy), `timeout`, `error`, or `not_awaited` (the vote was decided before this group
-    /// answered).
-    pub vote: String,
+    pub vote: VoteKind,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remaining_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -233,6 +279,27 @@ pub struct GroupVoteView {
     /// What went wrong, for `error` votes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// What one group said, by name (docs/mcp.md lists what each means). One value per engine
+/// [`Vote`], so a new vote cannot reach agents unnamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VoteKind {
+    Granted,
+    Held,
+    FenceAhead,
+    NotHeld,
+    MaybeReleased,
+    Quarantined,
+    NoPolicy,
+    Evicts,
+    AbovePolicy,
+    PermitsDiffer,
+    ReplicasMissing,
+    Timeout,
+    Error,
+    NotAwaited,
 }
 
 /// Who holds a lock: the engine's own type, so the contract cannot drift from it.
@@ -408,11 +475,7 @@ pub struct GroupHealthView {
     /// connected, the same master as each other); absent when no Sentinel named one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sentinels_agree: Option<bool>,
-    /// `voting`; `quarantined` (a new master sits out until every lease it may have missed
-    /// expired); `new` (quarantined at its first vote); `no_policy` (lost its data, sits out
-    /// until it adopts the lock policy of a majority of groups); `evicts` (may evict keys, so
-    /// it never votes); or `unknown`.
-    pub vote: String,
+    pub vote: HealthVote,
     /// Time left in quarantine, in milliseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantine_remaining_ms: Option<u64>,
@@ -421,6 +484,31 @@ pub struct GroupHealthView {
     pub unsafe_settings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// Whether a group's master takes part in the vote (docs/mcp.md lists what each means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthVote {
+    Voting,
+    Quarantined,
+    New,
+    NoPolicy,
+    Evicts,
+    Unknown,
+}
+
+impl From<&crate::Admission> for HealthVote {
+    fn from(admission: &crate::Admission) -> Self {
+        match admission {
+            crate::Admission::Voting => HealthVote::Voting,
+            crate::Admission::Quarantined { .. } => HealthVote::Quarantined,
+            crate::Admission::Unadmitted => HealthVote::New,
+            crate::Admission::NoPolicy => HealthVote::NoPolicy,
+            crate::Admission::Evicts { .. } => HealthVote::Evicts,
+            crate::Admission::Unknown => HealthVote::Unknown,
+        }
+    }
 }
 
 impl QuorumReport {
@@ -437,7 +525,7 @@ impl From<&GroupVote> for GroupVoteView {
     fn from(vote: &GroupVote) -> Self {
         let mut view = GroupVoteView {
             group: vote.group.clone(),
-            vote: String::new(),
+            vote: VoteKind::Granted,
             remaining_ms: None,
             owner: None,
             purpose: None,
@@ -445,7 +533,7 @@ impl From<&GroupVote> for GroupVoteView {
             message: None,
         };
         view.vote = match &vote.vote {
-            Vote::Granted => "granted",
+            Vote::Granted => VoteKind::Granted,
             Vote::Held {
                 owner,
                 purpose,
@@ -454,56 +542,55 @@ impl From<&GroupVote> for GroupVoteView {
                 view.owner.clone_from(owner);
                 view.purpose.clone_from(purpose);
                 view.remaining_ms = Some(*remaining_ms);
-                "held"
+                VoteKind::Held
             }
             Vote::FenceAhead { fence } => {
                 view.fence = Some(*fence);
-                "fence_ahead"
+                VoteKind::FenceAhead
             }
-            Vote::NotHeld => "not_held",
-            Vote::MaybeReleased => "maybe_released",
-            Vote::Timeout => "timeout",
+            Vote::NotHeld => VoteKind::NotHeld,
+            Vote::MaybeReleased => VoteKind::MaybeReleased,
+            Vote::Timeout => VoteKind::Timeout,
             Vote::Error { message } => {
                 view.message = Some(message.clone());
-                "error"
+                VoteKind::Error
             }
             Vote::Quarantined { remaining_ms } => {
                 view.remaining_ms = Some(*remaining_ms);
-                "quarantined"
+                VoteKind::Quarantined
             }
             Vote::NoPolicy => {
                 view.message = Some(
                     "this master lost its data and its lock policy; it sits out until it adopts the policy of a majority of groups".to_string(),
                 );
-                "no_policy"
+                VoteKind::NoPolicy
             }
             Vote::Evicts { maxmemory_policy } => {
                 view.message = Some(format!(
                     "this master may evict keys (maxmemory-policy {maxmemory_policy}), so it does not vote; set maxmemory-policy noeviction"
                 ));
-                "evicts"
+                VoteKind::Evicts
             }
             Vote::AbovePolicy { max_ttl_ms } => {
                 view.message = Some(format!(
                     "the ttl is above this master's lock policy of {max_ttl_ms} ms"
                 ));
-                "above_policy"
+                VoteKind::AbovePolicy
             }
             Vote::PermitsDiffer { permits } => {
                 view.message = Some(format!(
                     "the semaphore has {permits} permits on this group, not the count asked with"
                 ));
-                "permits_differ"
+                VoteKind::PermitsDiffer
             }
             Vote::ReplicasMissing { online, needed } => {
                 view.message = Some(format!(
                     "acknowledged mode: {online} of this master's {needed} replicas are attached and in sync, so it does not vote"
                 ));
-                "replicas_missing"
+                VoteKind::ReplicasMissing
             }
-            Vote::NotAwaited => "not_awaited",
-        }
-        .to_string();
+            Vote::NotAwaited => VoteKind::NotAwaited,
+        };
         view
     }
 }

@@ -11,16 +11,19 @@ use std::time::Instant;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Extensions,
-    Implementation, ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, Extensions, Implementation, ServerCapabilities,
+    ServerConfig,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler, tool_handler};
 
+use super::contract::ErrorKind;
 use super::dashboard::activity;
 use super::dashboard::timeline::Timeline;
 use super::dashboard::waiting::Waiting;
 use super::metrics::Metrics;
+use super::reply::{ToolError, finish};
+use super::schema;
 use super::sessions::{SessionKey, SessionRegistry, level_rank};
 use super::{CALL_SLOT_WAIT, Capacity, Limits, MAX_CONCURRENT_CALLS_ENV};
 use crate::Locks;
@@ -28,15 +31,8 @@ use crate::Locks;
 /// The header that carries the HTTP session id.
 const SESSION_HEADER: &str = "mcp-session-id";
 
-const INSTRUCTIONS: &str = "Distributed locks for agents that share resources (repositories, branches, databases, files, deployments). \
-A lock is granted only when a majority of independent Redis groups agree. \
-Before touching a shared resource: call acquire_lock with a resource name everyone agrees on, your owner name and purpose. \
-If acquired, pass fencing_token with every write to the protected resource, finish within validity_ms (or extend_lock, or use keepalive: true for long work), then release_lock with the token. \
-If acquired is false, someone else holds it: do other work and retry after retry_after_ms. \
-When one piece of work changes several resources, take them all in one acquire_lock call with resources: you get all of them or none, and two agents never wait for each other forever. \
-When at most N agents may do something at once (call a rate-limited API, say), pass permits: N with the resource: you take one of its N permits, and release it with its token like a lock. \
-list_locks shows the locks held and the semaphores with permits held, to see what others are working on. \
-A tool error about quorum means the lock service itself is degraded: check cluster_health, and never proceed as if you held the lock.";
+const INSTRUCTIONS: &str = "Locks for agents, granted by a majority of independent Redis groups: acquire_lock before changing a shared resource. \
+A tool error's first word is its kind; after no_quorum never act as if you held the lock.";
 
 /// What every handler instance shares.
 pub struct Shared {
@@ -70,7 +66,11 @@ impl Shared {
             metrics,
             timeline,
             waiting: Arc::new(Waiting::new()),
-            router: LockServer::tool_router(),
+            router: {
+                let mut router = LockServer::tool_router();
+                schema::bound(&mut router, &limits);
+                router
+            },
             calls: tokio::sync::Semaphore::new(capacity.max_concurrent_calls),
         }
     }
@@ -146,10 +146,10 @@ impl ServerHandler for LockServer {
                 .collect();
             return Err(McpError::invalid_params(
                 format!(
-                    "unknown tool `{name}` (field `name`); this server has: {}",
+                    "not_found: unknown tool `{name}` (field `name`); this server has: {}",
                     known.join(", ")
                 ),
-                None,
+                Some(serde_json::json!({"kind": ErrorKind::NotFound.as_str(), "field": "name"})),
             ));
         }
         let started = Instant::now();
@@ -163,12 +163,16 @@ impl ServerHandler for LockServer {
             self.shared
                 .metrics
                 .tool_call(&name, false, started.elapsed());
-            return Ok(CallToolResponse::Complete(CallToolResult::error(vec![
-                ContentBlock::text(format!(
-                    "the server is busy: {max} tool calls are already running, its max_concurrent_calls (set by {MAX_CONCURRENT_CALLS_ENV}), and none finished within {} ms; `{name}` was not run. Retry in a moment",
-                    CALL_SLOT_WAIT.as_millis()
-                )),
-            ])));
+            return Ok(CallToolResponse::Complete(finish(Err(
+                ToolError::over_limit(
+                    "max_concurrent_calls",
+                    max,
+                    format!(
+                        "the server is busy: {max} tool calls are already running, its max_concurrent_calls (set by {MAX_CONCURRENT_CALLS_ENV}), and none finished within {} ms; `{name}` was not run. Retry in a moment",
+                        CALL_SLOT_WAIT.as_millis()
+                    ),
+                ),
+            ))));
         };
         let arguments = request.arguments.clone();
         let waiter = activity::before(&self.shared.waiting, &name, arguments.as_ref());

@@ -25,7 +25,9 @@ use super::auth::{BearerToken, require_bearer};
 use super::dashboard::{self, groups::GroupWatch, snapshot::Snapshots};
 use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
-use super::http_sessions::{TrackedSessions, refuse_beyond_max_sessions};
+use super::http_sessions::{
+    TrackedSessions, answer_delete_with_no_content, refuse_beyond_max_sessions,
+};
 use super::metrics::CONTENT_TYPE;
 use super::readiness::{Readiness, readyz};
 use super::tls::{TlsFiles, TlsListener, server_config};
@@ -121,6 +123,7 @@ pub async fn serve_http(
     );
     let mcp = Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(answer_delete_with_no_content))
         .layer(axum::middleware::from_fn_with_state(
             sessions,
             refuse_beyond_max_sessions,

@@ -4,6 +4,8 @@
 //! rmcp calls `close_session` on a DELETE from the client and again when a session's service
 //! stops for any reason (idle timeout, server shutdown), so this one hook sees every end.
 //!
+//! A DELETE that ends a session is answered `204 No Content` ([`answer_delete_with_no_content`]).
+//!
 //! It also caps the open sessions at the server's `max_sessions`: `create_session` refuses
 //! one more (rmcp answers `500` with the message), and [`refuse_beyond_max_sessions`] answers
 //! `503` before rmcp is reached in the common case of a request that would open one.
@@ -138,6 +140,19 @@ pub async fn refuse_beyond_max_sessions(
     }
     next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
         .await
+}
+
+/// Middleware on `/mcp`: a DELETE that ended a session gets `204 No Content`. rmcp answers
+/// `202 Accepted`, which MCP clients do not expect for a DELETE: the official Python SDK logs
+/// "Session termination failed: 202" for every agent that exits. The session's keepalive
+/// leases are released before either answer.
+pub async fn answer_delete_with_no_content(request: Request, next: Next) -> Response {
+    let delete = request.method() == Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Whether a request body is a JSON-RPC `initialize` request.

@@ -7,11 +7,13 @@
 //! `docs/mcp.md`.
 //!
 //! Layout, one job per file:
-//! - `contract`: argument and result types of the tools: the JSON agents send and get back.
+//! - `contract`: argument and result types of the tools (the JSON agents send and get back),
+//!   and the kinds of tool error.
+//! - `schema`: the schemas clients list, compacted and bounded by this server's limits.
 //! - `arguments`: decoding of tool arguments into those types, with errors naming the field,
 //!   and the server's TTL and wait bounds.
 //! - `reply`: the one helper that turns a result into structured content plus a one-line
-//!   summary, and every failure into a tool error.
+//!   summary, and every failure into a tool error with its kind.
 //! - `tools`: the six tools.
 //! - `handler`: the rmcp server handler: which session a request belongs to, metrics per call.
 //! - `sessions`: keepalive leases by session, released when their session ends.
@@ -40,6 +42,7 @@ pub mod load;
 mod metrics;
 mod readiness;
 mod reply;
+mod schema;
 mod sessions;
 mod stdio;
 mod tls;
@@ -49,6 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use auth::BearerToken;
+pub use contract::{ERROR_KINDS, ErrorKind};
 pub use http::{HttpOptions, serve_http};
 pub use metrics::Metrics;
 pub use stdio::{StdioEnd, serve_stdio};
@@ -208,6 +212,13 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The `ttl_ms` of an `acquire_lock` that names none: 15 s, or the nearest bound when the
+    /// bounds exclude that.
+    pub fn default_ttl(&self) -> Duration {
+        Duration::from_millis(contract::DEFAULT_TTL_MS)
+            .clamp(self.min_ttl, self.max_ttl.max(self.min_ttl))
+    }
+
     /// Checks that the bounds are ordered and inside what the engine accepts: at most the
     /// topology's `max_ttl_ms`, which is also how long a new master sits out of the vote.
     pub fn validate(&self, topology_max_ttl: Duration) -> Result<(), ServeError> {

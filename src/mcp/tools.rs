@@ -2,14 +2,11 @@
 //! [`ToolError`]) to [`finish`]; descriptions are written for the language model that picks
 //! and calls the tools.
 
-use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use rmcp::handler::server::common::{schema_for_empty_input, schema_for_input, schema_for_output};
 use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
-use schemars::JsonSchema;
 
 use crate::engine::clock::millis;
 use crate::engine::resource::parse_permit_handle;
@@ -18,65 +15,41 @@ use crate::{Admission, GroupLockState};
 use super::arguments::{self, Target, decode};
 use super::contract::{
     AcquireLockArgs, AcquireLockResult, ClusterHealthArgs, ClusterHealthResult, ExtendLockArgs,
-    ExtendLockResult, GroupHealthView, ListLocksArgs, ListLocksResult, LockStatusArgs,
+    ExtendLockResult, GroupHealthView, HealthVote, ListLocksArgs, ListLocksResult, LockStatusArgs,
     LockStatusResult, QuorumReport, ReleaseLockArgs, ReleaseLockResult, rfc3339,
 };
 use super::handler::LockServer;
 use super::reply::{Reply, ToolError, finish};
+use super::schema;
 use super::sessions::{KeptRelease, Refusal};
 use crate::AcquireOptions;
 use crate::Error;
 
-const ACQUIRE_LOCK: &str = "Take a distributed lock on a shared resource before you change it, so that no other agent or process changes it at the same time. \
-The lock is granted only when a majority of independent Redis groups agree, and it frees itself after ttl_ms unless you extend or release it. \
-Name what you lock with exactly one of resource (one name) or resources (a list). \
-When one piece of work changes several resources (an edit that touches several files, say), pass all of them as resources in this one call: you get every one of them or none, under one token and one fencing_token. Never lock them one call at a time: two agents each holding part of what the other needs wait for each other forever. \
-If acquired is true: pass fencing_token with every write to the protected resource (with resources: to each of them; storage that checks it rejects writes from a holder whose lease ran out), finish within validity_ms or call extend_lock, and call release_lock with the token when done, naming the same resource or resources. \
-For work longer than one TTL set keepalive: true, and this server renews the lease until you release it or your session ends. \
-If acquired is false, someone else holds it (see holder, and held_resource for which one of your resources): that is a normal answer, not an error, and you hold none of them; do other work and retry after retry_after_ms. \
-To let at most N agents do something at once (at most N agents call this API at once, say) rather than one, pass permits: N with resource: the resource then names a semaphore of N permits and you take one of them; every caller must pass the same N (another count is refused naming permits). The reply says which permit you hold (permit) and its token, which release_lock and extend_lock take unchanged with the same resource; keepalive works the same. acquired: false then means all N permits are taken (holder is the one that frees first). \
-A tool error about quorum means the lock service is degraded: never proceed as if you held the lock; check cluster_health. \
-Keepalive leases are capped per session and per server: beyond a cap the call is a tool error naming the limit, and it leaves no lock behind.";
+const ACQUIRE_LOCK: &str = "Lock a shared resource before changing it; resources: several, all or nothing (one call each can deadlock); permits: N lets N holders share it. \
+If acquired: write with fencing_token, release_lock with token within validity_ms (or extend_lock; keepalive: true has the server renew it). \
+Else retry after retry_after_ms.";
 
-const RELEASE_LOCK: &str = "Release a lock you hold as soon as you are done with the resource, so others can take it. \
-Pass the token from acquire_lock and the same resource, or the same resources (a set is released together). released: false means this token did not hold the lock (it expired, was already released, or the token is wrong); the lock was left alone, unless groups_maybe_released is above 0: then it is gone, and this call cannot tell whether it or the expiry removed it. \
-Also stops this server's renewal of a keepalive lease. Safe to repeat.";
+const RELEASE_LOCK: &str = "Release your lock when done: token, same resource(s). \
+released false: the token did not hold it (but groups_maybe_released > 0: it is gone). Safe to repeat.";
 
-const EXTEND_LOCK: &str = "Renew a lock you hold for ttl_ms more milliseconds, counted from now, before validity_ms runs out, when your work takes longer than planned. \
-Pass the token from acquire_lock and the same resource, or the same resources (a set is renewed together). \
-extended: false means the lease is already gone (expired or taken over): stop writing to the protected resource and call acquire_lock again. \
-Not needed for keepalive leases.";
+const EXTEND_LOCK: &str = "Renew your lock for ttl_ms from now, before validity_ms ends: token, same resource(s). \
+extended false: lost; stop writing, reacquire.";
 
-const LOCK_STATUS: &str = "Look at one lock without changing it: whether it is held, by whom (owner, purpose), for how much longer, its fencing token, and each Redis group's view. \
-Advisory only: the answer may be stale a moment later, so never use it in place of acquire_lock. \
-When the resource is a semaphore in use, semaphore shows its permit count and who holds which permit. \
-If this server keeps a keepalive lease on the resource, keepalive.state says whether it is still renewing or was lost (then stop writing and acquire again). \
-Only a keepalive lease of your own session is shown.";
+const LOCK_STATUS: &str = "Read one lock: holder, fencing_token, group states, semaphore permits, your keepalive lease (lost: stop writing, reacquire). \
+Advisory: never instead of acquire_lock.";
 
-const LIST_LOCKS: &str = "List the locks currently held, optionally only those whose resource name starts with prefix: resource, owner, purpose and time left. \
-Semaphores with a permit held are listed apart under semaphores, one entry each: its permit count and who holds which permit, with owner, purpose and time left. \
-Use it to see what other agents are working on. Advisory, like lock_status. \
-A result holds at most limit entries; when next_cursor is present, more match: call list_locks again with the same prefix and cursor set to that next_cursor for the next page, until next_cursor is absent.";
+const LIST_LOCKS: &str = "Held locks and semaphores in use, by name prefix: who works on what. Advisory. \
+Pass next_cursor, if set, as cursor for more.";
 
-const CLUSTER_HEALTH: &str = "Check the lock service itself: whether enough Redis groups answer to grant locks (quorum_available), and each group's reachability and latency. \
-Call it when a tool reports a quorum error, before retrying.";
-
-/// A tool's input schema from its argument type. The schema is static, so a failure is a bug
-/// caught by the unit tests; serving an open schema beats refusing to start.
-fn input_schema<T: JsonSchema + 'static>() -> Arc<JsonObject> {
-    schema_for_input::<T>().unwrap_or_else(|error| {
-        tracing::error!(%error, "a tool's input schema is invalid; advertising an empty one");
-        schema_for_empty_input()
-    })
-}
+const CLUSTER_HEALTH: &str = "Whether enough Redis groups vote to grant locks, and each group's state. Call after no_quorum.";
 
 #[tool_router(vis = "pub(crate)")]
 impl LockServer {
     #[tool(
         name = "acquire_lock",
         description = ACQUIRE_LOCK,
-        input_schema = input_schema::<AcquireLockArgs>(),
-        output_schema = schema_for_output::<AcquireLockResult>(),
+        input_schema = schema::input::<AcquireLockArgs>(),
+        output_schema = schema::output::<AcquireLockResult>(),
         annotations(title = "Acquire a lock", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn acquire_lock(
@@ -90,8 +63,8 @@ impl LockServer {
     #[tool(
         name = "release_lock",
         description = RELEASE_LOCK,
-        input_schema = input_schema::<ReleaseLockArgs>(),
-        output_schema = schema_for_output::<ReleaseLockResult>(),
+        input_schema = schema::input::<ReleaseLockArgs>(),
+        output_schema = schema::output::<ReleaseLockResult>(),
         annotations(title = "Release a lock", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn release_lock(&self, arguments: JsonObject) -> CallToolResult {
@@ -101,8 +74,8 @@ impl LockServer {
     #[tool(
         name = "extend_lock",
         description = EXTEND_LOCK,
-        input_schema = input_schema::<ExtendLockArgs>(),
-        output_schema = schema_for_output::<ExtendLockResult>(),
+        input_schema = schema::input::<ExtendLockArgs>(),
+        output_schema = schema::output::<ExtendLockResult>(),
         annotations(title = "Extend a lock", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn extend_lock(&self, arguments: JsonObject) -> CallToolResult {
@@ -112,8 +85,8 @@ impl LockServer {
     #[tool(
         name = "lock_status",
         description = LOCK_STATUS,
-        input_schema = input_schema::<LockStatusArgs>(),
-        output_schema = schema_for_output::<LockStatusResult>(),
+        input_schema = schema::input::<LockStatusArgs>(),
+        output_schema = schema::output::<LockStatusResult>(),
         annotations(title = "Show a lock", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn lock_status(
@@ -127,8 +100,8 @@ impl LockServer {
     #[tool(
         name = "list_locks",
         description = LIST_LOCKS,
-        input_schema = input_schema::<ListLocksArgs>(),
-        output_schema = schema_for_output::<ListLocksResult>(),
+        input_schema = schema::input::<ListLocksArgs>(),
+        output_schema = schema::output::<ListLocksResult>(),
         annotations(title = "List held locks", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn list_locks(&self, arguments: JsonObject) -> CallToolResult {
@@ -138,8 +111,8 @@ impl LockServer {
     #[tool(
         name = "cluster_health",
         description = CLUSTER_HEALTH,
-        input_schema = input_schema::<ClusterHealthArgs>(),
-        output_schema = schema_for_output::<ClusterHealthResult>(),
+        input_schema = schema::input::<ClusterHealthArgs>(),
+        output_schema = schema::output::<ClusterHealthResult>(),
         annotations(title = "Lock service health", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn cluster_health(&self, arguments: JsonObject) -> CallToolResult {
@@ -148,6 +121,16 @@ impl LockServer {
 }
 
 impl LockServer {
+    /// A refusal at the keepalive cap `limit`, with the cap's value.
+    fn over_limit(&self, limit: &'static str, message: String) -> ToolError {
+        let capacity = &self.shared().capacity;
+        let max = match limit {
+            "max_keepalive_per_session" => capacity.max_keepalive_per_session,
+            _ => capacity.max_keepalive,
+        };
+        ToolError::over_limit(limit, max, message)
+    }
+
     /// An engine failure as a tool error, counted in the metrics.
     fn failure(&self, error: Error) -> ToolError {
         let metrics = &self.shared().metrics;
@@ -167,7 +150,10 @@ impl LockServer {
         let shared = self.shared();
         let target = arguments::target(args.resource, args.resources)?;
         let permits = arguments::permits(args.permits, &target)?;
-        let ttl = shared.limits.ttl("ttl_ms", args.ttl_ms)?;
+        let ttl = match args.ttl_ms {
+            Some(ttl_ms) => shared.limits.ttl("ttl_ms", ttl_ms)?,
+            None => shared.limits.default_ttl(),
+        };
         let wait = shared.limits.wait("wait_ms", args.wait_ms)?;
         let session = match args.keepalive {
             false => None,
@@ -175,7 +161,8 @@ impl LockServer {
                 self.session(&context.extensions)
                     .filter(|session| shared.sessions.is_open(session))
                     .ok_or_else(|| {
-                        ToolError::invalid_arguments(
+                        ToolError::invalid_input(
+                            "keepalive",
                             "invalid argument `keepalive`: this request has no MCP session (stateless HTTP), so the server cannot tell when you are gone; use keepalive: false and extend_lock instead",
                         )
                     })?,
@@ -184,9 +171,9 @@ impl LockServer {
         // The keepalive caps are checked before the engine is asked, so a refused call takes
         // no lock (adopting checks again, for calls that raced past this one).
         if let Some(session) = &session
-            && let Err(Refusal::Limit { message, .. }) = shared.sessions.keepalive_room(session)
+            && let Err(Refusal::Limit { limit, message }) = shared.sessions.keepalive_room(session)
         {
-            return Err(ToolError::failed(message));
+            return Err(self.over_limit(limit, message));
         }
         let options = AcquireOptions {
             ttl,
@@ -286,16 +273,16 @@ impl LockServer {
                         Refusal::Closed => {
                             // Dropping the kept lease releases it.
                             drop(refused.lease);
-                            ToolError::failed(
+                            ToolError::session_closed(
                                 "the session ended (or the server is shutting down) while the lock was being acquired; it was released again",
                             )
                         }
-                        Refusal::Limit { message, .. } => {
+                        Refusal::Limit { limit, message } => {
                             // Released before answering, so the agent holds nothing it was not told of.
                             if let Err(error) = refused.lease.release().await {
                                 tracing::warn!(%error, "releasing a lease refused at a keepalive cap failed; its TTL will free it");
                             }
-                            ToolError::failed(message)
+                            self.over_limit(limit, message)
                         }
                     });
                 }
@@ -588,14 +575,11 @@ impl LockServer {
                 shared
                     .metrics
                     .group_unsafe(&group.group, !group.unsafe_settings.is_empty());
-                let (vote, quarantine_remaining_ms) = match group.admission {
-                    Admission::Voting => ("voting", None),
-                    Admission::Quarantined { remaining_ms } => ("quarantined", Some(remaining_ms)),
-                    Admission::Unadmitted => ("new", None),
-                    Admission::NoPolicy => ("no_policy", None),
-                    Admission::Evicts { .. } => ("evicts", None),
-                    Admission::Unknown => ("unknown", None),
+                let quarantine_remaining_ms = match group.admission {
+                    Admission::Quarantined { remaining_ms } => Some(remaining_ms),
+                    _ => None,
                 };
+                let vote = HealthVote::from(&group.admission);
                 GroupHealthView {
                     group: group.group,
                     master: group.master,
@@ -604,7 +588,7 @@ impl LockServer {
                     role: group.role,
                     replicas: group.replicas,
                     sentinels_agree: group.sentinels_agree,
-                    vote: vote.to_string(),
+                    vote,
                     quarantine_remaining_ms,
                     error: group.error,
                     unsafe_settings: group.unsafe_settings,
@@ -721,18 +705,29 @@ fn other_set(target: &Target, kept: &[String]) -> ToolError {
         .map(|name| format!("`{name}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    ToolError::invalid_arguments(format!(
-        "invalid argument `{field}`: this token's keepalive lease holds {kept} together; pass exactly those as `resources` to release it. Nothing was released"
-    ))
+    ToolError::invalid_input(
+        field,
+        format!(
+            "invalid argument `{field}`: this token's keepalive lease holds {kept} together; pass exactly those as `resources` to release it. Nothing was released"
+        ),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::Limits;
+
+    /// The tools as a server with the default limits lists them.
+    fn listed() -> Vec<rmcp::model::Tool> {
+        let mut router = LockServer::tool_router();
+        schema::bound(&mut router, &Limits::default());
+        router.list_all()
+    }
 
     #[test]
     fn every_tool_has_object_schemas_and_a_description() {
-        for tool in LockServer::tool_router().list_all() {
+        for tool in listed() {
             assert_eq!(
                 tool.input_schema.get("type"),
                 Some(&serde_json::json!("object")),
@@ -756,7 +751,7 @@ mod tests {
             );
             assert!(tool.annotations.is_some(), "{}", tool.name);
         }
-        assert_eq!(LockServer::tool_router().list_all().len(), 6);
+        assert_eq!(listed().len(), 6);
     }
 
     fn structured(reply: Result<Reply, ToolError>) -> (String, serde_json::Value) {
@@ -803,7 +798,7 @@ mod tests {
 
     #[test]
     fn acquire_lock_takes_permits_and_lock_status_shows_a_semaphore() {
-        let tools = LockServer::tool_router().list_all();
+        let tools = listed();
         let tool = |name: &str| {
             tools
                 .iter()
@@ -816,11 +811,7 @@ mod tests {
         assert_eq!(permits["minimum"], serde_json::json!(1), "{permits}");
         assert_eq!(permits["maximum"], serde_json::json!(128), "{permits}");
         let description = acquire.description.as_deref().unwrap_or_default();
-        assert!(
-            description.contains("at most N agents call this API at once")
-                && description.contains("same N"),
-            "{description}"
-        );
+        assert!(description.contains("permits: N"), "{description}");
         let output = acquire.output_schema.as_ref().expect("output schema");
         for field in ["permit", "permits", "token"] {
             assert!(
@@ -864,7 +855,7 @@ mod tests {
 
     #[test]
     fn the_lock_tools_take_resource_or_resources_and_describe_both() {
-        for tool in LockServer::tool_router().list_all() {
+        for tool in listed() {
             if !["acquire_lock", "release_lock", "extend_lock"].contains(&tool.name.as_ref()) {
                 continue;
             }
@@ -892,10 +883,14 @@ mod tests {
                 tool.name
             );
             let description = tool.description.as_deref().unwrap_or_default();
-            assert!(description.contains("resources"), "{}", tool.name);
+            assert!(
+                description.contains("resources") || description.contains("resource(s)"),
+                "{}: {description}",
+                tool.name
+            );
             let output = tool.output_schema.as_ref().expect("output schema");
             assert!(
-                output["properties"]["resources"]["type"] == serde_json::json!("array"),
+                output["properties"]["resources"]["items"] == serde_json::json!({"type": "string"}),
                 "{}: {}",
                 tool.name,
                 serde_json::Value::Object((**output).clone())

@@ -418,6 +418,49 @@ pub async fn tool_error(client: &Client, tool: &str, arguments: Value) -> String
     text(&result)
 }
 
+/// Calls a tool that must fail with a tool error; returns the error's text and its
+/// structured `error` object, after checking that the text starts with the error's kind.
+pub async fn tool_error_of(client: &Client, tool: &str, arguments: Value) -> (String, Value) {
+    let result = call(client, tool, arguments.clone()).await;
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "{tool}({arguments}) should fail, got {:?}",
+        result.structured_content
+    );
+    let message = text(&result);
+    let error = result
+        .structured_content
+        .as_ref()
+        .map(|content| content["error"].clone())
+        .unwrap_or_else(|| {
+            panic!("{tool}({arguments}): the error has no structured content: {message}")
+        });
+    let kind = error["kind"].as_str().unwrap_or_default();
+    assert!(
+        !kind.is_empty() && message.starts_with(&format!("{kind}: ")),
+        "{tool}({arguments}): the text does not start with the kind {kind:?}: {message}"
+    );
+    (message, error)
+}
+
+/// The kind of a tool error, after [`tool_error_of`]'s checks.
+pub async fn error_kind(client: &Client, tool: &str, arguments: Value) -> String {
+    let (_, error) = tool_error_of(client, tool, arguments).await;
+    error["kind"].as_str().unwrap_or_default().to_string()
+}
+
+/// Calls a tool that does not exist; returns the JSON-RPC error.
+pub async fn protocol_error(client: &Client, tool: &str) -> rmcp::model::ErrorData {
+    match client
+        .call_tool(CallToolRequestParams::new(tool.to_string()))
+        .await
+    {
+        Err(rmcp::ServiceError::McpError(error)) => error,
+        other => panic!("calling {tool} should be a JSON-RPC error, got {other:?}"),
+    }
+}
+
 /// The text of a result's first content block.
 pub fn text(result: &CallToolResult) -> String {
     result
