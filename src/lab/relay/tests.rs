@@ -11,19 +11,12 @@ use tokio::time::{Instant, sleep, timeout};
 
 use super::classify::Classifier;
 use super::{CLASSIFY_WINDOW, LinkClass, Relay, RelayError, RelayStatus, control, serve};
+use crate::lab::resp::encode;
 
 /// Long enough for a forwarded chunk to come back on loopback; used only to prove that
 /// nothing arrives.
 const SILENCE: Duration = Duration::from_millis(300);
 const PATIENCE: Duration = Duration::from_secs(5);
-
-fn command(words: &[&str]) -> Vec<u8> {
-    let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        bytes.extend_from_slice(format!("${}\r\n{}\r\n", word.len(), word).as_bytes());
-    }
-    bytes
-}
 
 /// Nothing listens on it once the probe listener is dropped.
 fn free_port() -> u16 {
@@ -116,8 +109,8 @@ fn link_class_names_round_trip() {
 
 #[test]
 fn the_classifier_finds_a_replconf_fed_one_byte_at_a_time() {
-    let mut stream = command(&["PING"]);
-    stream.extend(command(&["REPLCONF", "listening-port", "7001"]));
+    let mut stream = encode(&["PING"]);
+    stream.extend(encode(&["REPLCONF", "listening-port", "7001"]));
     let mut classifier = Classifier::default();
     let mut before = Vec::new();
     let mut decision = None;
@@ -132,9 +125,9 @@ fn the_classifier_finds_a_replconf_fed_one_byte_at_a_time() {
     }
     // The PING passed before the class was known; the REPLCONF is released only with
     // its class, so a cut replica link never forwards a byte of it.
-    let replconf = command(&["REPLCONF", "listening-port", "7001"]);
+    let replconf = encode(&["REPLCONF", "listening-port", "7001"]);
     assert_eq!(decision, Some((LinkClass::Replica, replconf)));
-    assert_eq!(before, command(&["PING"]));
+    assert_eq!(before, encode(&["PING"]));
 }
 
 #[test]
@@ -164,10 +157,10 @@ fn a_status_line_reads_back_as_the_status() {
 #[test]
 fn the_classifier_matches_command_names_in_any_case() {
     let mut classifier = Classifier::default();
-    let (_, class) = classifier.feed(&command(&["psync", "?", "-1"]));
+    let (_, class) = classifier.feed(&encode(&["psync", "?", "-1"]));
     assert_eq!(class, Some(LinkClass::Replica));
     let mut classifier = Classifier::default();
-    let (_, class) = classifier.feed(&command(&["client", "setname", "Sentinel-ab12-cmd"]));
+    let (_, class) = classifier.feed(&encode(&["client", "setname", "Sentinel-ab12-cmd"]));
     assert_eq!(class, Some(LinkClass::Sentinel));
     let mut classifier = Classifier::default();
     let (_, class) = classifier.feed(b"sync\r\n");
@@ -177,16 +170,16 @@ fn the_classifier_matches_command_names_in_any_case() {
 #[test]
 fn a_value_that_mentions_replconf_does_not_make_a_replica() {
     let mut classifier = Classifier::default();
-    let bytes = command(&["SET", "key", "\r\nREPLCONF\r\n"]);
+    let bytes = encode(&["SET", "key", "\r\nREPLCONF\r\n"]);
     assert_eq!(classifier.feed(&bytes), (bytes.clone(), None));
-    let other_name = command(&["CLIENT", "SETNAME", "worker-7"]);
+    let other_name = encode(&["CLIENT", "SETNAME", "worker-7"]);
     assert_eq!(classifier.feed(&other_name), (other_name.clone(), None));
 }
 
 #[test]
 fn a_link_is_a_client_for_good_after_the_window_or_on_garbage() {
     let mut classifier = Classifier::default();
-    let big = command(&["SET", "key", &"x".repeat(CLASSIFY_WINDOW)]);
+    let big = encode(&["SET", "key", &"x".repeat(CLASSIFY_WINDOW)]);
     let (bytes, class) = classifier.feed(&big[..CLASSIFY_WINDOW]);
     assert_eq!(
         (bytes.len(), class),
@@ -201,8 +194,8 @@ fn a_link_is_a_client_for_good_after_the_window_or_on_garbage() {
 async fn a_client_link_is_forwarded_both_ways() {
     let (relay, _echo) = relay_to_echo().await;
     let mut stream = connect(relay.port()).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
-    round_trip(&mut stream, &command(&["SET", "k", "v"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["SET", "k", "v"])).await;
     assert_eq!(relay.status().clients, 1);
 }
 
@@ -210,29 +203,29 @@ async fn a_client_link_is_forwarded_both_ways() {
 async fn a_cut_client_link_forwards_nothing_until_healed() {
     let (relay, _echo) = relay_to_echo().await;
     let mut stream = connect(relay.port()).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
     relay.cut(LinkClass::Client);
-    swallowed(&mut stream, &command(&["PING"])).await;
+    swallowed(&mut stream, &encode(&["PING"])).await;
     let mut late = connect(relay.port()).await;
-    swallowed(&mut late, &command(&["GET", "k"])).await;
+    swallowed(&mut late, &encode(&["GET", "k"])).await;
     relay.heal();
     let mut fresh = connect(relay.port()).await;
-    round_trip(&mut fresh, &command(&["PING"])).await;
+    round_trip(&mut fresh, &encode(&["PING"])).await;
 }
 
 #[tokio::test]
 async fn a_heal_closes_the_links_that_were_cut() {
     let (relay, _echo) = relay_to_echo().await;
     let mut replica = connect(relay.port()).await;
-    round_trip(&mut replica, &command(&["REPLCONF", "capa", "psync2"])).await;
+    round_trip(&mut replica, &encode(&["REPLCONF", "capa", "psync2"])).await;
     let mut client = connect(relay.port()).await;
-    round_trip(&mut client, &command(&["PING"])).await;
+    round_trip(&mut client, &encode(&["PING"])).await;
     relay.cut(LinkClass::Replica);
-    swallowed(&mut replica, &command(&["REPLCONF", "ACK", "0"])).await;
+    swallowed(&mut replica, &encode(&["REPLCONF", "ACK", "0"])).await;
     relay.heal();
     assert_closed(&mut replica).await;
     // The client link was never cut, so it carries on.
-    round_trip(&mut client, &command(&["PING"])).await;
+    round_trip(&mut client, &encode(&["PING"])).await;
 }
 
 #[tokio::test]
@@ -241,13 +234,13 @@ async fn a_replica_link_is_recognised_by_replconf() {
     relay.cut(LinkClass::Replica);
     let mut replica = connect(relay.port()).await;
     // A replica opens with PING, indistinguishable from a client, so it passes.
-    round_trip(&mut replica, &command(&["PING"])).await;
-    let mut handshake = command(&["AUTH", "secret"]);
-    handshake.extend(command(&["REPLCONF", "listening-port", "7001"]));
+    round_trip(&mut replica, &encode(&["PING"])).await;
+    let mut handshake = encode(&["AUTH", "secret"]);
+    handshake.extend(encode(&["REPLCONF", "listening-port", "7001"]));
     swallowed(&mut replica, &handshake).await;
     assert_eq!(relay.status().replicas, 1);
     let mut client = connect(relay.port()).await;
-    round_trip(&mut client, &command(&["PING"])).await;
+    round_trip(&mut client, &encode(&["PING"])).await;
 }
 
 #[tokio::test]
@@ -255,12 +248,12 @@ async fn a_sentinel_link_is_recognised_by_its_client_name() {
     let (relay, _echo) = relay_to_echo().await;
     relay.cut(LinkClass::Sentinel);
     let mut sentinel = connect(relay.port()).await;
-    let mut hello = command(&["CLIENT", "SETNAME", "sentinel-3f2a9c1b-cmd"]);
-    hello.extend(command(&["PING"]));
+    let mut hello = encode(&["CLIENT", "SETNAME", "sentinel-3f2a9c1b-cmd"]);
+    hello.extend(encode(&["PING"]));
     swallowed(&mut sentinel, &hello).await;
     assert_eq!(relay.status().sentinels, 1);
     let mut client = connect(relay.port()).await;
-    round_trip(&mut client, &command(&["CLIENT", "SETNAME", "worker-1"])).await;
+    round_trip(&mut client, &encode(&["CLIENT", "SETNAME", "worker-1"])).await;
 }
 
 #[tokio::test]
@@ -268,14 +261,14 @@ async fn while_clients_are_cut_a_new_sentinel_link_is_released_once_recognised()
     let (relay, _echo) = relay_to_echo().await;
     relay.cut(LinkClass::Client);
     let mut sentinel = connect(relay.port()).await;
-    let mut hello = command(&["AUTH", "secret"]);
-    hello.extend(command(&["CLIENT", "SETNAME", "sentinel-3f2a9c1b-pubsub"]));
+    let mut hello = encode(&["AUTH", "secret"]);
+    hello.extend(encode(&["CLIENT", "SETNAME", "sentinel-3f2a9c1b-pubsub"]));
     round_trip(&mut sentinel, &hello).await;
     let mut client = connect(relay.port()).await;
-    swallowed(&mut client, &command(&["PING"])).await;
+    swallowed(&mut client, &encode(&["PING"])).await;
     relay.heal();
     assert_closed(&mut client).await;
-    round_trip(&mut sentinel, &command(&["PING"])).await;
+    round_trip(&mut sentinel, &encode(&["PING"])).await;
 }
 
 #[tokio::test]
@@ -287,7 +280,7 @@ async fn latency_delays_but_never_reorders() {
     let started = std::time::Instant::now();
     let mut sent = Vec::new();
     for number in 0..50 {
-        let bytes = command(&["INCR", &format!("counter-{number}")]);
+        let bytes = encode(&["INCR", &format!("counter-{number}")]);
         stream.write_all(&bytes).await.expect("write");
         sent.extend(bytes);
     }
@@ -302,7 +295,7 @@ async fn latency_delays_but_never_reorders() {
 
     relay.set_latency(Duration::from_millis(150), Duration::ZERO);
     let started = std::time::Instant::now();
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
 
@@ -312,15 +305,15 @@ async fn latency_zero_turns_it_off_and_spares_replica_links() {
     relay.set_latency(Duration::from_secs(2), Duration::ZERO);
     let mut replica = connect(relay.port()).await;
     let started = std::time::Instant::now();
-    round_trip(&mut replica, &command(&["REPLCONF", "capa", "eof"])).await;
-    round_trip(&mut replica, &command(&["REPLCONF", "ACK", "0"])).await;
+    round_trip(&mut replica, &encode(&["REPLCONF", "capa", "eof"])).await;
+    round_trip(&mut replica, &encode(&["REPLCONF", "ACK", "0"])).await;
     assert!(started.elapsed() < Duration::from_secs(1));
 
     relay.set_latency(Duration::ZERO, Duration::ZERO);
     assert_eq!(relay.status().latency, Duration::ZERO);
     let mut client = connect(relay.port()).await;
     let started = std::time::Instant::now();
-    round_trip(&mut client, &command(&["PING"])).await;
+    round_trip(&mut client, &encode(&["PING"])).await;
     assert!(started.elapsed() < Duration::from_secs(1));
 }
 
@@ -329,13 +322,13 @@ async fn the_control_port_cuts_and_heals() {
     let (mut relay, _echo) = relay_to_echo().await;
     let port = relay.listen_control(0).await.expect("control port");
     let mut stream = connect(relay.port()).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
 
     assert_eq!(
         control(port, "cut clients").await.expect("cut"),
         "cut clients"
     );
-    swallowed(&mut stream, &command(&["PING"])).await;
+    swallowed(&mut stream, &encode(&["PING"])).await;
     let status = control(port, "status").await.expect("status");
     assert!(status.contains("cut=clients "), "{status}");
     assert!(
@@ -346,7 +339,7 @@ async fn the_control_port_cuts_and_heals() {
     assert_eq!(control(port, "heal").await.expect("heal"), "healed");
     assert_closed(&mut stream).await;
     let mut fresh = connect(relay.port()).await;
-    round_trip(&mut fresh, &command(&["PING"])).await;
+    round_trip(&mut fresh, &encode(&["PING"])).await;
 
     let answer = control(port, "latency 25 5").await.expect("latency");
     assert_eq!(answer, "latency_ms=25 jitter_ms=5");
@@ -381,9 +374,9 @@ async fn serve_runs_a_relay_that_another_process_controls() {
         sleep(Duration::from_millis(10)).await;
     }
     let mut stream = connect(listen).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
     control(control_port, "cut clients").await.expect("cut");
-    swallowed(&mut stream, &command(&["PING"])).await;
+    swallowed(&mut stream, &encode(&["PING"])).await;
     server.abort();
     assert!(server.await.is_err_and(|error| error.is_cancelled()));
     assert_closed(&mut stream).await;
@@ -401,7 +394,7 @@ async fn stopping_the_relay_closes_its_listener_and_links() {
     let (relay, _echo) = relay_to_echo().await;
     let port = relay.port();
     let mut stream = connect(port).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
     relay.stop().await;
     assert_closed(&mut stream).await;
     assert!(
@@ -415,7 +408,7 @@ async fn stopping_the_relay_closes_its_listener_and_links() {
 async fn dropping_the_relay_closes_its_links() {
     let (relay, _echo) = relay_to_echo().await;
     let mut stream = connect(relay.port()).await;
-    round_trip(&mut stream, &command(&["PING"])).await;
+    round_trip(&mut stream, &encode(&["PING"])).await;
     drop(relay);
     assert_closed(&mut stream).await;
 }
@@ -460,7 +453,7 @@ async fn a_real_redis_answers_through_the_relay_until_clients_are_cut() {
     let _redis = RedisGuard { child, _dir: dir };
     let relay = Relay::start(0, port).await.expect("start the relay");
 
-    let ping = command(&["PING"]);
+    let ping = encode(&["PING"]);
     let deadline = Instant::now() + PATIENCE;
     let mut stream = loop {
         // redis-server takes a moment to listen; until then the relay closes at once.
