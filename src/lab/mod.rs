@@ -56,7 +56,7 @@ pub mod install;
 mod probe;
 mod process;
 pub mod relay;
-mod resp;
+pub mod resp;
 mod state;
 
 use std::collections::{BTreeSet, HashMap};

@@ -1,9 +1,11 @@
 //! Plain RESP over a socket, for tests that look at a node through its own port: one
 //! command, one non-array reply, and what Cluster tests read from CLUSTER INFO and NODES.
+//! Commands are encoded and replies parsed by the lab's RESP module.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use quorumlock::lab::resp as wire;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -38,12 +40,8 @@ async fn call_on(port: u16, commands: &[&[&str]]) -> Option<Reply> {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
         let mut reply = None;
         for args in commands {
-            let mut request = format!("*{}\r\n", args.len());
-            for arg in *args {
-                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-            }
-            stream.write_all(request.as_bytes()).await.ok()?;
-            reply = Some(read_reply(&mut stream).await?);
+            stream.write_all(&wire::encode(args)).await.ok()?;
+            reply = Some(Reply::of(read_reply(&mut stream).await?));
         }
         reply
     };
@@ -58,23 +56,11 @@ async fn call_on(port: u16, commands: &[&[&str]]) -> Option<Reply> {
 pub async fn array(port: u16, args: &[&str]) -> Option<Vec<String>> {
     let attempt = async {
         let mut stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        let mut request = format!("*{}\r\n", args.len());
-        for arg in args {
-            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
-        }
-        stream.write_all(request.as_bytes()).await.ok()?;
-        let mut buffer = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            if let Some(items) = parse_array(&buffer) {
-                return items;
-            }
-            let read = stream.read(&mut chunk).await.ok()?;
-            if read == 0 {
-                return None;
-            }
-            buffer.extend_from_slice(&chunk[..read]);
-        }
+        stream.write_all(&wire::encode(args)).await.ok()?;
+        let reply = read_reply(&mut stream).await?;
+        let mut items = Vec::new();
+        flatten(reply.items()?, &mut items)?;
+        Some(items)
     };
     tokio::time::timeout(CALL_WITHIN, attempt)
         .await
@@ -82,46 +68,29 @@ pub async fn array(port: u16, args: &[&str]) -> Option<Vec<String>> {
         .flatten()
 }
 
-/// `*n` then n items (bulk strings, integers, or arrays, whose items count in their place),
-/// once all of it arrived: `Some(None)` for a reply that is not such an array.
-fn parse_array(buffer: &[u8]) -> Option<Option<Vec<String>>> {
-    let mut lines = Vec::new();
-    let mut at = 0;
-    while let Some(end) = buffer[at..].windows(2).position(|pair| pair == b"\r\n") {
-        lines.push(String::from_utf8_lossy(&buffer[at..at + end]).into_owned());
-        at += end + 2;
-    }
-    let Some(count) = lines.first()?.strip_prefix('*') else {
-        return Some(None);
-    };
-    let mut left: usize = count.parse().ok()?;
-    let mut items = Vec::with_capacity(left);
-    let mut line = 1;
-    while left > 0 {
-        let head = lines.get(line)?;
-        left -= 1;
-        if let Some(nested) = head.strip_prefix('*') {
-            left += nested.parse::<usize>().ok()?;
-            line += 1;
-        } else if let Some(integer) = head.strip_prefix(':') {
-            items.push(integer.to_string());
-            line += 1;
-        } else if head.starts_with('$') {
-            items.push(lines.get(line + 1)?.clone());
-            line += 2;
-        } else {
-            return Some(None);
+/// The items of an array reply (bulk strings, integers, or arrays, whose items count in their
+/// place) as text, onto `out`; `None` for an item that is none of those.
+fn flatten(items: &[wire::Reply], out: &mut Vec<String>) -> Option<()> {
+    for item in items {
+        match item {
+            wire::Reply::Array(Some(nested)) => flatten(nested, out)?,
+            wire::Reply::Integer(integer) => out.push(integer.to_string()),
+            wire::Reply::Bulk(Some(text)) => out.push(text.clone()),
+            _ => return None,
         }
     }
-    Some(Some(items))
+    Some(())
 }
 
-async fn read_reply(stream: &mut TcpStream) -> Option<Reply> {
+/// Reads one whole reply, with the lab's RESP parser.
+async fn read_reply(stream: &mut TcpStream) -> Option<wire::Reply> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
-        if let Some(reply) = parse(&buffer) {
-            return Some(reply);
+        match wire::parse(&buffer) {
+            Ok(Some((reply, _))) => return Some(reply),
+            Ok(None) => {}
+            Err(message) => panic!("unexpected reply: {message}"),
         }
         let read = stream.read(&mut chunk).await.ok()?;
         if read == 0 {
@@ -131,21 +100,16 @@ async fn read_reply(stream: &mut TcpStream) -> Option<Reply> {
     }
 }
 
-fn parse(buffer: &[u8]) -> Option<Reply> {
-    let end = buffer.windows(2).position(|pair| pair == b"\r\n")?;
-    let line = String::from_utf8_lossy(&buffer[1..end]).into_owned();
-    match buffer.first()? {
-        b'+' => Some(Reply::Text(line)),
-        b'-' => Some(Reply::Error(line)),
-        b':' => line.parse().ok().map(Reply::Integer),
-        b'$' => {
-            let Ok(length) = usize::try_from(line.parse::<i64>().ok()?) else {
-                return Some(Reply::Nil);
-            };
-            let body = buffer.get(end + 2..end + 2 + length)?;
-            Some(Reply::Text(String::from_utf8_lossy(body).into_owned()))
+impl Reply {
+    /// A non-array reply as the test needs it.
+    fn of(reply: wire::Reply) -> Reply {
+        match reply {
+            wire::Reply::Status(text) | wire::Reply::Bulk(Some(text)) => Reply::Text(text),
+            wire::Reply::Error(message) => Reply::Error(message),
+            wire::Reply::Integer(value) => Reply::Integer(value),
+            wire::Reply::Bulk(None) => Reply::Nil,
+            wire::Reply::Array(_) => panic!("unexpected array reply"),
         }
-        other => panic!("unexpected reply type {other:#04x}"),
     }
 }
 

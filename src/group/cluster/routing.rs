@@ -1,53 +1,27 @@
-//! A group that is a Redis Cluster: its slot map, and one client and lane per primary.
-//!
-//! fred's own cluster client is not used: it retries an `ASK` until its router gives up, and
-//! one dead primary stalls every slot until the cluster fails it over. Here each primary is a
-//! plain [`Master`], and a call goes to the primary that owns its resource's slot, with every
-//! key moved into that slot (see [`HashSlot::key`]). A `MOVED`, `ASK` or `TRYAGAIN` answer
-//! to the whole call means the script did not run: the call is "not sent", never counted,
-//! and the map is read again at once; the call waits for that read and goes to the primary
-//! it names, as long as its own call timeout lasts, so a release or renewal reaches a slot
-//! that moved instead of being redirected until its lock expires. The map is also read every
-//! [`REFRESH_INTERVAL`], and after any call that timed out or failed, so a failover is seen
-//! without waiting for a call to be refused.
-//!
-//! Releases are announced with sharded pub/sub: on a channel moved into the resource's slot,
-//! heard by the subscribers of that slot's primary only (see [`crate::group::sharded`]).
+//! Call routing: each call goes to the primary that owns its slot, with its keys (and a
+//! release's channels) moved into that slot, and again where the map says once a `MOVED`,
+//! `ASK` or `TRYAGAIN` shows the slot moved; group-wide scripts run per slot or per primary.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::sync::Arc;
 
 use fred::prelude::*;
 use fred::types::scripts::Script;
 use fred::types::{FromValue, Key};
-use tokio::sync::{Notify, watch};
-use tokio_util::task::AbortOnDropHandle;
 
-use crate::config::Topology;
+use super::slot_map::REFRESH_SPACING;
+use super::{Cluster, Every, Shard};
 use crate::engine::resource::admission_key;
-use crate::group::batch::{Answer, Batching, Call, LockScript};
-use crate::group::diagnose::Diagnosis;
-use crate::group::master::Master;
+use crate::group::batch::{Answer, Call, LockScript};
 use crate::group::reply::Reply;
 use crate::group::scripts::{self, GroupScript};
-use crate::group::security::{Credentials, Transport};
-use crate::group::sharded::ShardSubscribers;
-use crate::group::slots::{HashSlot, SLOTS};
+use crate::group::slots::HashSlot;
 
-/// How often the slot map is read while nothing asks for it sooner.
-const REFRESH_INTERVAL: Duration = Duration::from_secs(1);
-/// Every how many reads of the map the seeds are asked too, even while the primaries see
-/// the cluster up: a primary cut off from the others says so only after the node timeout.
-const SEEDS_EVERY: u64 = 10;
 /// Most slots one `each_slot.lua` call runs: a script holds its primary until it ends. An
 /// admission runs about 70 µs per slot (its `INFO` alone 20), so a call holds the primary
 /// for about 5 ms.
 const SLOTS_PER_CALL: usize = 64;
-/// Shortest time between two reads of the map, however many calls ask for one.
-const REFRESH_SPACING: Duration = Duration::from_millis(50);
 /// How many times a listing read asks for the slots that moved while it read them, each
 /// time once the map shows where they went (or a map read later).
 const LIST_ATTEMPTS: usize = 3;
@@ -57,179 +31,11 @@ const LIST_SLOTS_PER_CALL: usize = 64;
 
 pub(crate) const NOT_ONE_SLOT: &str =
     "a set of several resources spans hash slots, and a Cluster group runs a script on one slot";
-const NO_OWNER: &str = "no primary of the Cluster group owns the resource's slot now";
+pub(super) const NO_OWNER: &str = "no primary of the Cluster group owns the resource's slot now";
 const REDIRECTED: &str =
     "the slot moved to another primary (MOVED, ASK or TRYAGAIN); the slot map is read again";
 
-/// One primary of the cluster.
-pub(crate) struct Shard {
-    /// `host:port`, as the cluster announces it.
-    pub address: String,
-    pub master: Master,
-}
-
-/// Which primary owns each slot.
-#[derive(Default)]
-struct SlotMap {
-    shards: Vec<Arc<Shard>>,
-    /// Per slot, the index of its primary in `shards`.
-    owners: Vec<Option<usize>>,
-}
-
-/// What the map-reading task needs to build clients for the primaries it finds.
-struct Builders {
-    name: String,
-    seeds: Vec<(String, u16)>,
-    credentials: Credentials,
-    transport: Transport,
-    topology: Topology,
-    diagnosis: Arc<Diagnosis>,
-}
-
-/// The primaries of one Cluster group.
-pub(crate) struct Cluster {
-    builders: Arc<Builders>,
-    map: Arc<RwLock<Arc<SlotMap>>>,
-    /// Asks the map-reading task for a read now.
-    stale: Arc<Notify>,
-    /// Counts the changes of the map, for the release subscribers to follow them.
-    changes: Arc<watch::Sender<u64>>,
-    /// Counts the completed reads of the map, changed or not, for redirected calls to wait
-    /// for the next one.
-    reads: Arc<watch::Sender<u64>>,
-    refresher: Mutex<Option<AbortOnDropHandle<()>>>,
-}
-
-/// The slot map as the release subscribers read it: which primary owns a slot now, and word
-/// of every change.
-#[derive(Clone)]
-pub(crate) struct MapView {
-    map: Arc<RwLock<Arc<SlotMap>>>,
-    stale: Arc<Notify>,
-    changes: watch::Receiver<u64>,
-}
-
-impl MapView {
-    /// The primary that owns `slot` now.
-    pub fn owner(&self, slot: HashSlot) -> Option<Arc<Shard>> {
-        owner_in(&current_of(&self.map), slot)
-    }
-
-    /// `host:port` of every primary of the map.
-    pub fn primaries(&self) -> Vec<String> {
-        current_of(&self.map)
-            .shards
-            .iter()
-            .map(|shard| shard.address.clone())
-            .collect()
-    }
-
-    /// Resolves once the map changes after the last change seen; `false` once the cluster is
-    /// gone.
-    pub async fn changed(&mut self) -> bool {
-        self.changes.changed().await.is_ok()
-    }
-
-    /// Reads the map again soon: a node answered that it does not own a slot it should.
-    pub fn reread(&self) {
-        self.stale.notify_one();
-    }
-}
-
 impl Cluster {
-    pub fn new(
-        name: &str,
-        seeds: Vec<(String, u16)>,
-        credentials: Credentials,
-        transport: &Transport,
-        topology: &Topology,
-        diagnosis: Arc<Diagnosis>,
-    ) -> Self {
-        Cluster {
-            builders: Arc::new(Builders {
-                name: name.to_string(),
-                seeds,
-                credentials,
-                transport: transport.clone(),
-                topology: topology.clone(),
-                diagnosis,
-            }),
-            map: Arc::default(),
-            stale: Arc::new(Notify::new()),
-            changes: Arc::new(watch::Sender::new(0)),
-            reads: Arc::new(watch::Sender::new(0)),
-            refresher: Mutex::new(None),
-        }
-    }
-
-    /// Reads the slot map once (bounded), connects its primaries, and starts the task that
-    /// keeps it current. Whether a map was read.
-    pub async fn start(&self) -> bool {
-        let read = refresh(&self.builders, &self.map, &self.changes, Seeds::Always).await;
-        self.reads.send_modify(|count| *count += 1);
-        let task = tokio::spawn(keep_current(
-            self.builders.clone(),
-            self.map.clone(),
-            self.stale.clone(),
-            self.changes.clone(),
-            self.reads.clone(),
-        ));
-        if let Ok(mut refresher) = self.refresher.lock() {
-            *refresher = Some(AbortOnDropHandle::new(task));
-        }
-        read
-    }
-
-    fn current(&self) -> Arc<SlotMap> {
-        current_of(&self.map)
-    }
-
-    /// The primary that owns `slot` now.
-    fn owner(&self, slot: HashSlot) -> Option<Arc<Shard>> {
-        owner_in(&self.current(), slot)
-    }
-
-    /// A new release subscriber: a client per primary that owns a slot with waiters, each
-    /// subscribed with SSUBSCRIBE, all again after every change of the map.
-    pub fn subscriber(&self) -> Arc<ShardSubscribers> {
-        ShardSubscribers::start(MapView {
-            map: self.map.clone(),
-            stale: self.stale.clone(),
-            changes: self.changes.subscribe(),
-        })
-    }
-
-    /// The primary that owns `slot` now; with none, the map is read again soon.
-    fn routed(&self, slot: HashSlot) -> Option<Arc<Shard>> {
-        let owner = self.owner(slot);
-        if owner.is_none() {
-            self.reread();
-        }
-        owner
-    }
-
-    /// The primaries known now.
-    pub fn shards(&self) -> Vec<Arc<Shard>> {
-        self.current().shards.clone()
-    }
-
-    /// One slot of each primary, for views that read each primary once.
-    fn one_slot_per_shard(&self) -> Vec<HashSlot> {
-        let map = self.current();
-        (0..map.shards.len())
-            .filter_map(|shard| {
-                let first = map.owners.iter().position(|owner| *owner == Some(shard))?;
-                HashSlot::new(u16::try_from(first).ok()?)
-            })
-            .collect()
-    }
-
-    /// Reads the map again soon, after an answer that says it changed or a primary that did
-    /// not answer.
-    fn reread(&self) {
-        self.stale.notify_one();
-    }
-
     /// Runs a lock call on the primary of its slot, with its keys moved into that slot. A
     /// release carries the slot's admission marker last, for the slot's ledger.
     pub async fn call(&self, call: Call) -> Reply<Answer> {
@@ -547,27 +353,6 @@ impl Cluster {
         }
         Ok(read)
     }
-
-    /// Whether every primary of the map is connected (false with no map).
-    pub fn connected(&self) -> bool {
-        let shards = self.shards();
-        !shards.is_empty()
-            && shards
-                .iter()
-                .all(|shard| shard.master.client().is_connected())
-    }
-
-    /// Closes every client and stops reading the map.
-    pub async fn quit(&self) {
-        if let Ok(mut refresher) = self.refresher.lock()
-            && let Some(task) = refresher.take()
-        {
-            task.abort();
-        }
-        let shards = self.shards();
-        futures::future::join_all(shards.iter().map(|shard| shard.master.quit())).await;
-    }
-
     /// Passes `reply` on, as "not sent" when the cluster redirected it; asks for the map
     /// again after any failure.
     fn redirected<T>(&self, reply: Reply<T>) -> Reply<T> {
@@ -592,15 +377,6 @@ struct SlotsRead {
     keys: Vec<String>,
     elsewhere: Vec<HashSlot>,
     why: Option<String>,
-}
-
-/// Which slots a group-wide script runs on in a Cluster group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Every {
-    /// All 16,384: what is written per slot (admission, policy).
-    Slot,
-    /// One per primary: what is read per primary (health).
-    Shard,
 }
 
 /// The replies of the `count` slot runs of one `each_slot.lua` call.
@@ -672,17 +448,6 @@ fn announce_sharded(slot: HashSlot, args: &[Value], channels: Range<usize>) -> V
 /// The last argument of a release script in a Cluster group: announce with SPUBLISH.
 const SHARDED: &str = "sharded";
 
-fn current_of(map: &RwLock<Arc<SlotMap>>) -> Arc<SlotMap> {
-    map.read()
-        .map(|map| map.clone())
-        .unwrap_or_else(|poisoned| poisoned.into_inner().clone())
-}
-
-fn owner_in(map: &SlotMap, slot: HashSlot) -> Option<Arc<Shard>> {
-    let index = (*map.owners.get(usize::from(slot.index()))?)?;
-    map.shards.get(index).cloned()
-}
-
 fn move_keys(slot: HashSlot, keys: &[Key]) -> Vec<Key> {
     keys.iter()
         .map(|key| Key::from(slot.key(key.as_bytes()).as_slice()))
@@ -697,324 +462,9 @@ pub(crate) fn untag(key: &str) -> String {
     }
 }
 
-/// Reads the map whenever asked, and every [`REFRESH_INTERVAL`] anyway.
-async fn keep_current(
-    builders: Arc<Builders>,
-    map: Arc<RwLock<Arc<SlotMap>>>,
-    stale: Arc<Notify>,
-    changes: Arc<watch::Sender<u64>>,
-    reads: Arc<watch::Sender<u64>>,
-) {
-    for round in 1_u64.. {
-        let _ = tokio::time::timeout(REFRESH_INTERVAL, stale.notified()).await;
-        let seeds = if round % SEEDS_EVERY == 0 {
-            Seeds::Always
-        } else {
-            Seeds::WhenNoPrimaryIsUp
-        };
-        refresh(&builders, &map, &changes, seeds).await;
-        reads.send_modify(|count| *count += 1);
-        tokio::time::sleep(REFRESH_SPACING).await;
-    }
-}
-
-/// One primary's slots, as a node of the cluster says.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct SlotRange {
-    first: u16,
-    last: u16,
-    primary: String,
-}
-
-/// What one node answered: whether it sees the cluster as up, its epoch, and its map.
-struct View {
-    healthy: bool,
-    epoch: u64,
-    ranges: Vec<SlotRange>,
-}
-
-/// When a read of the slot map asks the seeds too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seeds {
-    Always,
-    WhenNoPrimaryIsUp,
-}
-
-/// Reads the map from the known primaries through their clients, and from the seeds too
-/// (each on a connection of its own) as `seeds` says; keeps the view of a healthy node with
-/// the highest epoch, and connects the new primaries at once. Says so on `changes` when the
-/// map changed. Whether a map was read.
-async fn refresh(
-    builders: &Builders,
-    map: &RwLock<Arc<SlotMap>>,
-    changes: &watch::Sender<u64>,
-    seeds: Seeds,
-) -> bool {
-    let current = map.read().map(|map| map.clone()).unwrap_or_default();
-    let mut views: Vec<View> =
-        futures::future::join_all(current.shards.iter().map(|shard| async move {
-            let (info, slots) = shard.master.cluster_map().await?;
-            let (host, _) = split_address(&shard.address)?;
-            Some(view_of(&info, &slots, &host))
-        }))
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
-    let primary_up = views
-        .iter()
-        .any(|view| view.healthy && !view.ranges.is_empty());
-    if seeds == Seeds::Always || !primary_up {
-        let asked: Vec<(String, u16)> = current
-            .shards
-            .iter()
-            .filter_map(|shard| split_address(&shard.address))
-            .collect();
-        let seeds = builders.seeds.iter().filter(|seed| !asked.contains(seed));
-        let seed_views =
-            futures::future::join_all(seeds.map(|(host, port)| read_view(builders, host, *port)))
-                .await;
-        views.extend(seed_views.into_iter().flatten());
-    }
-    let Some(view) = views
-        .into_iter()
-        .filter(|view| !view.ranges.is_empty())
-        .max_by_key(|view| (view.healthy, view.epoch))
-    else {
-        tracing::debug!(group = %builders.name, "no node of the Cluster group answered with a slot map");
-        return false;
-    };
-    let mut by_address: HashMap<String, Arc<Shard>> = current
-        .shards
-        .iter()
-        .map(|shard| (shard.address.clone(), shard.clone()))
-        .collect();
-    let mut new: Vec<&str> = Vec::new();
-    for range in &view.ranges {
-        if !by_address.contains_key(&range.primary) && !new.contains(&range.primary.as_str()) {
-            new.push(&range.primary);
-        }
-    }
-    let connected =
-        futures::future::join_all(new.iter().map(|address| connect_shard(builders, address))).await;
-    for (address, shard) in new.into_iter().zip(connected) {
-        if let Some(shard) = shard {
-            by_address.insert(address.to_string(), shard);
-        }
-    }
-    // Shards taken into the new map leave `by_address`; what is left is closed below.
-    let mut gone = by_address;
-    let mut shards: Vec<Arc<Shard>> = Vec::new();
-    let mut owners = vec![None; usize::from(SLOTS)];
-    for range in &view.ranges {
-        let index = match shards
-            .iter()
-            .position(|shard| shard.address == range.primary)
-        {
-            Some(index) => index,
-            None => {
-                let Some(shard) = gone.remove(&range.primary) else {
-                    continue;
-                };
-                shards.push(shard);
-                shards.len() - 1
-            }
-        };
-        for slot in range.first..=range.last.min(SLOTS - 1) {
-            owners[usize::from(slot)] = Some(index);
-        }
-    }
-    let changed = shards.len() != current.shards.len()
-        || owners != current.owners
-        || shards
-            .iter()
-            .zip(&current.shards)
-            .any(|(new, old)| new.address != old.address);
-    if changed {
-        tracing::info!(
-            group = %builders.name,
-            primaries = ?shards.iter().map(|shard| shard.address.as_str()).collect::<Vec<_>>(),
-            "the Cluster group's slot map changed"
-        );
-        if let Ok(mut slot) = map.write() {
-            *slot = Arc::new(SlotMap { shards, owners });
-        }
-        changes.send_modify(|count| *count += 1);
-        // Primaries no longer in the map: closed now; a call still on one fails like a call
-        // to a node that went away.
-        for (_, shard) in gone {
-            tokio::spawn(async move { shard.master.quit().await });
-        }
-    }
-    true
-}
-
-/// A client for the primary at `address`, connected (bounded) with the scripts loaded.
-async fn connect_shard(builders: &Builders, address: &str) -> Option<Arc<Shard>> {
-    let (host, port) = split_address(address)?;
-    let master = Master::build(
-        ServerConfig::new_centralized(host, port),
-        &builders.credentials,
-        &builders.transport,
-        &builders.topology,
-        builders.diagnosis.clone(),
-        Batching::Undeclared,
-    )
-    .map_err(|error| {
-        tracing::warn!(group = %builders.name, address, %error, "cannot build a client for a Cluster primary");
-    })
-    .ok()?;
-    match master.start().await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(group = %builders.name, address, %error, "a Cluster primary refused the connection; it reconnects in the background")
-        }
-        Err(_) => {
-            tracing::warn!(group = %builders.name, address, "a Cluster primary did not answer in time; it reconnects in the background")
-        }
-    }
-    Some(Arc::new(Shard {
-        address: address.to_string(),
-        master,
-    }))
-}
-
-/// `CLUSTER INFO` and `CLUSTER SLOTS` of one node, within the call timeout.
-async fn read_view(builders: &Builders, host: &str, port: u16) -> Option<View> {
-    let config = builders.transport.config(
-        ServerConfig::new_centralized(host, port),
-        &builders.credentials,
-    );
-    let client = Builder::from_config(config)
-        .with_connection_config(|connection| {
-            connection.connection_timeout = builders.topology.call_timeout();
-            connection.max_command_attempts = 1;
-        })
-        .build()
-        .ok()?;
-    let limit = builders.topology.call_timeout() * 2;
-    // Aborted on every path when dropped, so a node that never answers (frozen) keeps no
-    // connection task behind.
-    let connection = AbortOnDropHandle::new(client.connect());
-    let read = async {
-        client.wait_for_connect().await.ok()?;
-        let info = client
-            .custom::<String, _>(fred::cmd!("CLUSTER", blocking: false), vec!["INFO"])
-            .await
-            .ok()?;
-        let slots = client
-            .custom::<Value, _>(fred::cmd!("CLUSTER", blocking: false), vec!["SLOTS"])
-            .await
-            .ok()?;
-        Some((info, slots))
-    };
-    let answer = tokio::time::timeout(limit, read).await.ok().flatten();
-    if answer.is_some() {
-        let _ = tokio::time::timeout(limit, client.quit()).await;
-    }
-    drop(connection);
-    let (info, slots) = answer?;
-    Some(view_of(&info, &slots, host))
-}
-
-/// A node's view from its `CLUSTER INFO` and `CLUSTER SLOTS` replies; `host` is where it was
-/// asked.
-fn view_of(info: &str, slots: &Value, host: &str) -> View {
-    let field = |name: &str| {
-        info.lines()
-            .find_map(|line| line.trim().strip_prefix(name)?.strip_prefix(':'))
-            .map(str::to_string)
-    };
-    View {
-        healthy: field("cluster_state").as_deref() == Some("ok"),
-        epoch: field("cluster_current_epoch")
-            .and_then(|epoch| epoch.parse().ok())
-            .unwrap_or(0),
-        ranges: parse_slots(slots, host),
-    }
-}
-
-/// The ranges of a `CLUSTER SLOTS` reply: `[[first, last, [host, port, id, ...], replicas...], ...]`.
-/// A primary announced without a host is at `asked_host`, the node that answered.
-fn parse_slots(reply: &Value, asked_host: &str) -> Vec<SlotRange> {
-    let Value::Array(ranges) = reply else {
-        return Vec::new();
-    };
-    ranges
-        .iter()
-        .filter_map(|range| {
-            let Value::Array(fields) = range else {
-                return None;
-            };
-            let number = |value: &Value| value.as_u64().and_then(|n| u16::try_from(n).ok());
-            let first = number(fields.first()?)?;
-            let last = number(fields.get(1)?)?;
-            let Value::Array(primary) = fields.get(2)? else {
-                return None;
-            };
-            let host = primary.first()?.as_string()?;
-            let host = if host.is_empty() || host == "?" {
-                asked_host.to_string()
-            } else {
-                host
-            };
-            let port = number(primary.get(1)?)?;
-            Some(SlotRange {
-                first,
-                last,
-                primary: format!("{host}:{port}"),
-            })
-        })
-        .collect()
-}
-
-fn split_address(address: &str) -> Option<(String, u16)> {
-    let (host, port) = address.rsplit_once(':')?;
-    Some((host.to_string(), port.parse().ok()?))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_cluster_slots_reply_becomes_ranges_with_their_primary() {
-        let node = |host: &str, port: i64| {
-            Value::Array(vec![
-                Value::from(host),
-                Value::Integer(port),
-                Value::from("id"),
-            ])
-        };
-        let reply = Value::Array(vec![
-            Value::Array(vec![
-                Value::Integer(0),
-                Value::Integer(5460),
-                node("127.0.0.1", 7000),
-                node("127.0.0.1", 7003),
-            ]),
-            Value::Array(vec![
-                Value::Integer(5461),
-                Value::Integer(16383),
-                node("", 7001),
-            ]),
-        ]);
-        assert_eq!(
-            parse_slots(&reply, "10.0.0.9"),
-            vec![
-                SlotRange {
-                    first: 0,
-                    last: 5460,
-                    primary: "127.0.0.1:7000".into()
-                },
-                SlotRange {
-                    first: 5461,
-                    last: 16383,
-                    primary: "10.0.0.9:7001".into()
-                },
-            ]
-        );
-    }
 
     #[test]
     fn redirections_are_told_apart_from_other_failures() {
