@@ -87,14 +87,14 @@ async fn the_lock_holds_on_cluster_groups_while_primaries_die_and_slots_move() {
     lab.stop().await.expect("lab down");
 }
 
-/// The failover storm of issue #24, compressed to fit CI: a round every 4 s faults one group
+/// A failover storm in acknowledged mode, compressed to fit CI: a round every 4 s faults one group
 /// or two (the master killed, frozen, cut from its replicas and Sentinels while clients still
 /// reach it, or restarted empty), each undone after 3 to 6 s, never more than two groups
 /// faulted at once, while twelve workers contend for three resources with 2 s waits. It checks
 /// safety only: availability is measured on release builds and reported (docs/safety.md,
 /// "Failover storms"); the figures of this run are printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_holds_through_a_failover_storm() {
+async fn the_lock_holds_through_a_failover_storm_in_acknowledged_mode() {
     let options = ChaosOptions {
         duration: Duration::from_secs(50),
         workers: 12,
@@ -107,6 +107,8 @@ async fn the_lock_holds_through_a_failover_storm() {
             hold_max: Duration::from_secs(6),
             max_faulted: 2,
         }),
+        // The mode the storm is for: a promoted replica votes at once.
+        acknowledged: true,
         ..ChaosOptions::default()
     };
     let mut fx = fixture(
