@@ -671,7 +671,7 @@ fn topology_above_policy(fx: &common::Fixture, max_ttl_ms: u64) -> std::path::Pa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_above_the_masters_lock_policy_is_held_too_long_naming_the_policy() {
+async fn a_ttl_above_the_masters_policy_is_not_advertised_and_is_held_too_long() {
     // Masters admitted under a 30 s policy, and a server configured for 60 s.
     let fx = fixture(
         |spec| LabSpec {
@@ -685,6 +685,12 @@ async fn a_ttl_above_the_masters_lock_policy_is_held_too_long_naming_the_policy(
     within(Duration::from_secs(60), async {
         let server = stdio_server(&config, &[]).await;
         let client = &server.client;
+        // The schema advertises the masters' 30 s, not the server's 60 s.
+        let tools = client.list_all_tools().await.expect("tools/list");
+        assert_eq!(
+            input_property(&tools, "acquire_lock", "ttl_ms"),
+            json!({"type": "integer", "minimum": 5000, "maximum": 30000, "default": 15000})
+        );
         let (message, error) = tool_error_of(
             client,
             "acquire_lock",

@@ -115,13 +115,14 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         topology.validate()?;
     }
     let max_ttl_ms = args.max_ttl_ms.unwrap_or(topology.max_ttl_ms);
-    let limits = Limits {
+    let mut limits = Limits {
         // A topology whose policy allows less than the default still serves.
         min_ttl: Duration::from_millis(
             args.min_ttl_ms
                 .unwrap_or(DEFAULT_MIN_TTL_MS.min(max_ttl_ms)),
         ),
         max_ttl: Duration::from_millis(max_ttl_ms),
+        policy_max_ttl: None,
     };
     limits.validate(topology.max_ttl())?;
     if args.bench {
@@ -151,6 +152,7 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         None => None,
     };
     let locks = Locks::connect(topology).await?;
+    limits.policy_max_ttl = locks.policy_max_ttl().await;
     let capacity = Capacity {
         max_sessions: usize::try_from(args.max_sessions)?,
         max_keepalive_per_session: usize::try_from(args.max_keepalive_per_session)?,

@@ -409,6 +409,17 @@ impl Locks {
 }
 
 impl Locks {
+    /// The longest TTL every master that answered accepts: the shortest `max_ttl_ms` among
+    /// their lock policies. `None` when no master answered with a policy.
+    pub async fn policy_max_ttl(&self) -> Option<Duration> {
+        let policies = self.engine.read_policies().await;
+        policies
+            .iter()
+            .flatten()
+            .map(|policy| Duration::from_millis(policy.max_ttl_ms))
+            .min()
+    }
+
     /// Puts `scope` of group `group` back in quarantine (lua/quarantine.lua): it sits out
     /// max_ttl_ms + write_window_ms from now, as a promoted master does, and a quarantine in
     /// progress is never shortened. For losses the engine cannot see: a Cluster slot closed

@@ -200,6 +200,10 @@ pub struct Limits {
     pub min_ttl: Duration,
     /// Longest `ttl_ms` accepted.
     pub max_ttl: Duration,
+    /// The masters' longest TTL, read when the server starts, where it is below `max_ttl`.
+    /// The schemas advertise it and the default TTL keeps within it. A longer `ttl_ms` still
+    /// goes to the masters, which answer `held_too_long` and name their policy.
+    pub policy_max_ttl: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -207,6 +211,7 @@ impl Default for Limits {
         Limits {
             min_ttl: DEFAULT_MIN_TTL,
             max_ttl: DEFAULT_MAX_TTL,
+            policy_max_ttl: None,
         }
     }
 }
@@ -216,7 +221,14 @@ impl Limits {
     /// bounds exclude that.
     pub fn default_ttl(&self) -> Duration {
         Duration::from_millis(contract::DEFAULT_TTL_MS)
-            .clamp(self.min_ttl, self.max_ttl.max(self.min_ttl))
+            .clamp(self.min_ttl, self.advertised_max_ttl())
+    }
+
+    /// The longest `ttl_ms` the schemas advertise: this server's bound, or the masters'
+    /// policy where that is lower, never below `min_ttl`.
+    pub fn advertised_max_ttl(&self) -> Duration {
+        let policy = self.policy_max_ttl.unwrap_or(self.max_ttl);
+        self.max_ttl.min(policy).max(self.min_ttl)
     }
 
     /// Checks that the bounds are ordered and inside what the engine accepts: at most the

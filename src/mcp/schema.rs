@@ -66,7 +66,7 @@ pub fn output<T: JsonSchema + 'static>() -> Arc<JsonObject> {
 /// Writes this server's bounds and defaults into the tools' input schemas.
 pub fn bound<S>(router: &mut ToolRouter<S>, limits: &Limits) {
     let millis = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    let (min_ttl, max_ttl) = (millis(limits.min_ttl), millis(limits.max_ttl));
+    let (min_ttl, max_ttl) = (millis(limits.min_ttl), millis(limits.advertised_max_ttl()));
     let ttl = json!({"minimum": min_ttl, "maximum": max_ttl});
     let default_ttl = json!({"default": millis(limits.default_ttl())});
     let set = json!({"minItems": 1, "maxItems": MAX_SET_RESOURCES});
@@ -381,15 +381,17 @@ mod tests {
 
     #[test]
     fn the_ttl_bounds_and_default_in_the_input_schemas_are_the_servers_own() {
-        let listed = |min_ms: u64, max_ms: u64| {
+        let listed_under = |min_ms: u64, max_ms: u64, policy_ms: Option<u64>| {
             let mut router = LockServer::tool_router();
             let limits = Limits {
                 min_ttl: Duration::from_millis(min_ms),
                 max_ttl: Duration::from_millis(max_ms),
+                policy_max_ttl: policy_ms.map(Duration::from_millis),
             };
             bound(&mut router, &limits);
             router.list_all()
         };
+        let listed = |min_ms: u64, max_ms: u64| listed_under(min_ms, max_ms, None);
         let ttl = |tools: &[rmcp::model::Tool], tool: &str| {
             tools
                 .iter()
@@ -409,5 +411,14 @@ mod tests {
         // A maximum below 15 s is the default too.
         let tools = listed(1_000, 10_000);
         assert_eq!(ttl(&tools, "acquire_lock")["default"], json!(10000));
+        // Masters whose policy is shorter than the server's bound lower both.
+        let tools = listed_under(1_000, 20_000, Some(12_000));
+        assert_eq!(
+            ttl(&tools, "acquire_lock"),
+            json!({"type": "integer", "minimum": 1000, "maximum": 12000, "default": 12000})
+        );
+        // A longer policy changes nothing.
+        let tools = listed_under(1_000, 20_000, Some(30_000));
+        assert_eq!(ttl(&tools, "extend_lock")["maximum"], json!(20000));
     }
 }
