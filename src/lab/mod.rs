@@ -69,9 +69,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{GroupConfig, Topology};
-use crate::engine::clock::millis;
+use crate::millis;
 use crate::protocol::Policy;
+use crate::{GroupConfig, Topology};
 
 pub use cluster::{ClusterShape, Interruption, MigrationReport};
 
@@ -135,7 +135,7 @@ pub enum LabError {
     #[error("cannot create the lab's TLS certificates: {0}")]
     Certificates(String),
     #[error("the lab's TLS files cannot be used: {0}")]
-    Tls(#[from] crate::config::ConfigError),
+    Tls(#[from] crate::ConfigError),
     #[error(
         "port {port} (for {node}) is already in use; pick another --base-port (this lab needs {needed} consecutive ports) or leave --base-port out to use free ports"
     )]
@@ -744,27 +744,13 @@ impl Lab {
     /// at once under the lab's lock policy instead of sitting out the quarantine that
     /// protects a real restart. The policy replicates to the replicas.
     async fn admit_masters(&self) -> Result<(), LabError> {
-        let marker = crate::engine::resource::admission_key(crate::config::DEFAULT_KEY_PREFIX);
-        let policy_key = crate::engine::resource::policy_key(crate::config::DEFAULT_KEY_PREFIX);
-        let policy = self.state.spec.policy();
-        let (max_ttl, window, acked) = (
-            policy.max_ttl_ms.to_string(),
-            policy.write_window_ms.to_string(),
-            policy.acked_replicas.to_string(),
-        );
+        let command = self
+            .state
+            .spec
+            .policy()
+            .admit_command(crate::DEFAULT_KEY_PREFIX);
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
         for record in self.records(NodeKind::Master) {
-            let args = [
-                "EVAL",
-                crate::group::scripts::ADMIT_LUA,
-                "2",
-                marker.as_str(),
-                policy_key.as_str(),
-                max_ttl.as_str(),
-                window.as_str(),
-                "0",
-                "0",
-                acked.as_str(),
-            ];
             resp::call(&self.control, record.port, &args, CONTROL_TIMEOUT)
                 .await
                 .map_err(|reason| LabError::Admit {
@@ -780,7 +766,7 @@ impl Lab {
     /// replica that has just synced gets the stream from its first acknowledgement, up to a
     /// second later.
     async fn wait_for_policy(&mut self, deadline: Instant) -> Result<(), LabError> {
-        let policy_key = crate::engine::resource::policy_key(crate::config::DEFAULT_KEY_PREFIX);
+        let policy_key = Policy::key(crate::DEFAULT_KEY_PREFIX);
         let replicas: Vec<usize> = (0..self.state.nodes.len())
             .filter(|&index| self.state.nodes[index].kind == NodeKind::Replica)
             .collect();

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 
 use super::BearerToken;
 use super::{LISTENING_PREFIX, RENEWALS_PREFIX};
-use crate::engine::lease::RenewalCounts;
+use crate::RenewalCounts;
 
 /// Sessions that acquire and release under the keepalive background.
 pub const DEFAULT_CHURN_SESSIONS: usize = 64;

@@ -8,9 +8,7 @@ use rmcp::model::{CallToolResult, JsonObject};
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, tool, tool_router};
 
-use crate::engine::clock::millis;
-use crate::engine::resource::parse_permit_handle;
-use crate::{Admission, GroupLockState};
+use crate::{Admission, GroupLockState, PermitHandle, millis};
 
 use super::arguments::{self, Target, decode};
 use super::contract::{
@@ -223,7 +221,7 @@ impl LockServer {
         let quorum = QuorumReport::from_votes(lease.votes(), shared.locks.quorum());
         let validity_ms = millis(lease.validity());
         // A permit's token ends in its slot.
-        let permit = permits.and_then(|_| Some(parse_permit_handle(lease.token())?.1));
+        let permit = permits.and_then(|_| Some(PermitHandle::parse(lease.token())?.slot));
         let summary = format!(
             "acquired {}: fencing token {}{}, valid for {validity_ms} ms, {} of {} groups granted ({} needed){}",
             match (permit, permits) {
