@@ -31,8 +31,8 @@
 //! - [`lab`] (feature `tools`): a local topology of real `redis-server` masters, replicas and
 //!   Sentinels, and the installer that finds or installs `redis-server`.
 //! - [`chaos`] (feature `tools`): workers, fault injector, fenced store and the safety checker.
-//! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark
-//!   (feature `mcp-bench`).
+//! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark and
+//!   agent-swarm load (feature `mcp-bench`).
 
 mod config;
 mod engine;

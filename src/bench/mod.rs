@@ -5,6 +5,8 @@
 //! resource with an overlap check.
 
 #[cfg(feature = "mcp-bench")]
+pub mod load;
+#[cfg(feature = "mcp-bench")]
 pub mod mcp;
 pub mod server;
 

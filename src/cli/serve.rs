@@ -256,7 +256,7 @@ async fn run_load(
     ttl: Duration,
     sessions: u64,
 ) -> anyhow::Result<u8> {
-    use crate::mcp::load::{self, LoadOptions};
+    use crate::bench::load::{self, LoadOptions};
     let config = config_file(topology)?;
     let options = LoadOptions {
         binary: std::env::current_exe()

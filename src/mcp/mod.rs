@@ -27,7 +27,6 @@
 //! - `dashboard/`: the read-only operator dashboard at `/` and the snapshot it polls.
 //! - `tls`: `https` on the HTTP listener: the rustls configuration and a TLS listener.
 //! - `stdio`: one session over stdin and stdout.
-//! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
 mod arguments;
 mod auth;
@@ -37,8 +36,6 @@ mod handler;
 mod hosts;
 mod http;
 mod http_sessions;
-#[cfg(feature = "mcp-bench")]
-pub mod load;
 mod metrics;
 mod readiness;
 mod reply;
