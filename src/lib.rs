@@ -31,8 +31,8 @@
 //! - [`lab`] (feature `tools`): a local topology of real `redis-server` masters, replicas and
 //!   Sentinels, and the installer that finds or installs `redis-server`.
 //! - [`chaos`] (feature `tools`): workers, fault injector, fenced store and the safety checker.
-//! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark
-//!   (feature `mcp-bench`).
+//! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark and
+//!   agent-swarm load (feature `mcp-bench`).
 
 mod config;
 mod engine;
@@ -57,7 +57,7 @@ pub use config::{
 pub use engine::admission::{
     AdmitOptions, GroupAdmission, GroupQuarantine, QuarantineScope, ReplicaAcks,
 };
-pub use engine::clock::Clock;
+pub use engine::clock::{Clock, millis};
 pub use engine::error::{AdmitRefusal, Error, Holder};
 pub use engine::health::{
     Admission, GroupHealth, Health, ReplicaSetting, ReplicaView, WindowSetting,
@@ -65,15 +65,18 @@ pub use engine::health::{
 pub use engine::inspect::{
     GroupLockState, GroupView, HolderGroups, ListedLock, LockList, LockStatus, MAX_LIST_LIMIT,
 };
-pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd};
+pub use engine::lease::{Acquire, Detached, KeptLease, Lease, LeaseEnd, RenewalCounts};
 pub use engine::locks::{
     AcquireOptions, DEFAULT_TTL, Extended, Locks, MAX_WAIT, MIN_TTL, Released,
 };
 pub use engine::protocol;
 pub use engine::resource::{
-    MAX_LABEL_BYTES, MAX_PERMITS, MAX_RESOURCE_BYTES, MAX_SET_RESOURCES, validate_resource,
+    MAX_LABEL_BYTES, MAX_PERMITS, MAX_RESOURCE_BYTES, MAX_SET_RESOURCES, PermitHandle,
+    cluster_slot, validate_resource,
 };
 pub use engine::scoped::LeaseScope;
 pub use engine::semaphore::{PermitHolder, SemaphoreStatus};
+#[cfg(feature = "tools")]
+pub use engine::servers::{InfoSection, PrimaryInfo};
 pub use engine::vote::{GroupVote, Majority, Vote};
 pub use group::sentinel::Failover;

@@ -1,6 +1,7 @@
 //! Claims the docs make about the code, checked against it: design.md's Layout names every
-//! folder and file under src/ (and nothing that is gone), and, as the README says, every
-//! command of the binary has `--help` with examples.
+//! folder and file under src/ (and nothing that is gone), the front doors and tools use only
+//! the public API (design.md's dependency rule), and, as the README says, every command of
+//! the binary has `--help` with examples.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,6 +123,117 @@ fn design_md_layout_names_every_folder_and_file_under_src_and_nothing_that_is_go
         missing.is_empty(),
         "docs/design.md's Layout is out of date:\n{}",
         missing.join("\n")
+    );
+}
+
+/// The folders of the front doors and tools, which design.md says use only the public API
+/// re-exported in lib.rs.
+const USERS_OF_THE_API: [&str; 5] = ["src/cli", "src/mcp", "src/lab", "src/chaos", "src/bench"];
+
+/// The crate's layers below the public API: private modules, reached only through lib.rs.
+const PRIVATE_LAYERS: [&str; 3] = ["engine", "group", "config"];
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())) {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The paths after each `crate::` of `code`, with a `use crate::{a, b::c}` group split into
+/// its items (`a`, `b::c`).
+fn crate_paths(code: &str) -> Vec<String> {
+    let mut paths = Vec::new();
+    for (at, _) in code.match_indices("crate::") {
+        let rest = &code[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The group up to its closing brace, nested groups included.
+            let mut depth = 1;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    depth += match c {
+                        '{' => 1,
+                        '}' => -1,
+                        _ => 0,
+                    };
+                    depth == 0
+                })
+                .map_or(group.len(), |(end, _)| end);
+            let mut item = String::new();
+            let mut depth = 0;
+            for c in group[..end].chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => paths.push(std::mem::take(&mut item)),
+                    _ => item.push(c),
+                }
+            }
+            paths.push(item);
+        } else {
+            let end = rest
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(rest.len());
+            paths.push(rest[..end].to_string());
+        }
+    }
+    paths
+        .into_iter()
+        .map(|path| path.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|path| !path.is_empty())
+        .collect()
+}
+
+#[test]
+fn front_doors_and_tools_reach_the_engine_only_through_the_public_api() {
+    let mut files = Vec::new();
+    for folder in USERS_OF_THE_API {
+        rust_files(&Path::new(ROOT).join(folder), &mut files);
+    }
+    files.sort();
+    let mut leaks = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file)
+            .unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        // Comments may name private paths; only code is checked.
+        let code: String = text
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for path in crate_paths(&code) {
+            let first = path.split("::").next().unwrap_or_default();
+            if PRIVATE_LAYERS.contains(&first) {
+                let relative = file.strip_prefix(ROOT).unwrap_or(file);
+                leaks.push(format!("{}: crate::{path}", relative.display()));
+            }
+        }
+    }
+    assert!(
+        !files.is_empty() && leaks.is_empty(),
+        "front doors and tools must use the public API re-exported in lib.rs (add a public, \
+         named way there), not these private paths:\n{}",
+        leaks.join("\n")
+    );
+}
+
+#[test]
+fn the_leak_check_reads_plain_and_grouped_crate_paths() {
+    let code = "use crate::engine::clock::millis;\nuse crate::{Locks, group::reply::Reply};\nlet x = crate::config::DEFAULT;";
+    assert_eq!(
+        crate_paths(code),
+        [
+            "engine::clock::millis",
+            "Locks",
+            "group::reply::Reply",
+            "config::DEFAULT"
+        ]
     );
 }
 

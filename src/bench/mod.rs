@@ -5,6 +5,8 @@
 //! resource with an overlap check.
 
 #[cfg(feature = "mcp-bench")]
+pub mod load;
+#[cfg(feature = "mcp-bench")]
 pub mod mcp;
 pub mod server;
 
@@ -18,9 +20,8 @@ use serde::Serialize;
 
 use crate::Acquire;
 use crate::Error;
-use crate::Locks;
 use crate::chaos::checker::{Checker, Hold};
-use crate::group::reply::Reply;
+use crate::{InfoSection, Locks};
 use crate::{MAX_LABEL_BYTES, MAX_SET_RESOURCES};
 use server::{ServerCost, Snapshot};
 
@@ -343,13 +344,14 @@ async fn cycle(
 }
 
 /// EVALSHA and EVAL calls the first group's master has run, once every lock call handed to
-/// the group has been answered (a vote is decided without waiting for every group).
+/// the groups has been answered (a vote is decided without waiting for every group).
 async fn script_calls(locks: &Locks) -> Option<u64> {
-    let group = locks.engine.groups.first()?;
-    group.settle().await;
-    let Reply::Answer(stats) = group.info(fred::types::InfoKind::CommandStats).await else {
-        return None;
-    };
+    locks.settle().await;
+    let stats = locks
+        .group_info(InfoSection::CommandStats)
+        .await
+        .into_iter()
+        .next()??;
     let calls = |command: &str| -> u64 {
         stats
             .lines()

@@ -6,11 +6,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fred::prelude::*;
-use fred::types::InfoKind;
 use serde::Serialize;
 
-use crate::Locks;
+use crate::{InfoSection, Locks};
 
 /// How long one primary may take to answer both `INFO` reads.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -57,34 +55,20 @@ impl Snapshot {
     /// Reads every primary of every group once every call handed to it has been answered.
     /// Fails naming the group or primary that could not be read.
     pub async fn take(locks: &Locks) -> Result<Snapshot, String> {
+        let sections = [InfoSection::Cpu, InfoSection::CommandStats];
         let mut primaries = BTreeMap::new();
-        for group in &locks.engine.groups {
-            group.settle().await;
-            let addresses = group
-                .connected_master()
-                .ok_or_else(|| format!("group {} has no connected master to read", group.name))?;
-            for address in addresses.split(',') {
-                let (host, port) = address
-                    .rsplit_once(':')
-                    .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
-                    .ok_or_else(|| {
-                        format!(
-                            "group {}: primary address {address:?} is not host:port",
-                            group.name
-                        )
-                    })?;
-                let config = group.reach().master_config(host, port);
-                let counters = tokio::time::timeout(READ_TIMEOUT, read(config))
-                    .await
-                    .map_err(|_| format!("INFO took over {READ_TIMEOUT:?}"))
-                    .and_then(|read| read)
-                    .map_err(|error| format!("group {} primary {address}: {error}", group.name))?;
-                primaries.insert((group.name.clone(), address.to_string()), counters);
-            }
+        for primary in locks.primary_info(&sections, READ_TIMEOUT).await? {
+            let counters = counters(&primary.sections).map_err(|error| {
+                format!(
+                    "group {} primary {}: {error}",
+                    primary.group, primary.address
+                )
+            })?;
+            primaries.insert((primary.group, primary.address), counters);
         }
         Ok(Snapshot {
             primaries,
-            groups: locks.engine.groups.len(),
+            groups: locks.topology().groups.len(),
             client_cpu: client_cpu(),
         })
     }
@@ -123,21 +107,14 @@ impl Snapshot {
     }
 }
 
-/// `INFO cpu` and `INFO commandstats` of one primary, over a connection of its own.
-async fn read(config: Config) -> Result<Counters, String> {
-    let client = Client::new(config, None, None, None);
-    client.init().await.map_err(|error| error.to_string())?;
-    let read = async {
-        let cpu: String = client.info(Some(InfoKind::Cpu)).await?;
-        let stats: String = client.info(Some(InfoKind::CommandStats)).await?;
-        Ok::<_, fred::error::Error>((cpu, stats))
-    }
-    .await;
-    let _ = client.quit().await;
-    let (cpu, stats) = read.map_err(|error| error.to_string())?;
+/// The counters in one primary's `INFO cpu` and `INFO commandstats` answers.
+fn counters(sections: &[String]) -> Result<Counters, String> {
+    let [cpu, stats] = sections else {
+        return Err(format!("{} INFO sections read, not 2", sections.len()));
+    };
     Ok(Counters {
-        cpu_secs: cpu_seconds(&cpu).ok_or("INFO cpu has no used_cpu_sys and used_cpu_user")?,
-        script_calls: calls(&stats, "evalsha") + calls(&stats, "eval"),
+        cpu_secs: cpu_seconds(cpu).ok_or("INFO cpu has no used_cpu_sys and used_cpu_user")?,
+        script_calls: calls(stats, "evalsha") + calls(stats, "eval"),
     })
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::Locks;
-use crate::engine::clock::millis;
+use crate::millis;
 
 /// How often the vote watcher asks `health`.
 pub const HEALTH_EVERY: Duration = Duration::from_secs(1);

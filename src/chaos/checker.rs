@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::engine::resource::parse_permit_handle;
-use crate::{Clock, Lease};
+use crate::{Clock, Lease, PermitHandle};
 
 /// One completed hold, as its holder saw it: of one resource, of a set of resources (all at
 /// once), or of one permit of a semaphore.
@@ -56,7 +55,7 @@ impl Hold {
         Hold {
             resource: lease.resource().to_string(),
             resources: lease.resources().to_vec(),
-            permit: parse_permit_handle(lease.token()).map(|(_, slot)| Permit {
+            permit: PermitHandle::parse(lease.token()).map(|PermitHandle { slot, .. }| Permit {
                 slot,
                 permits: None,
             }),

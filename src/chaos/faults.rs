@@ -12,10 +12,9 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 
-use crate::engine::clock::millis;
-use crate::group::slots::HashSlot;
 use crate::lab::relay::LinkClass;
 use crate::lab::{Interruption, Lab, LabError};
+use crate::millis;
 
 /// A kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -441,7 +440,7 @@ impl Injector {
         if shards < 2 {
             return Ok(false);
         }
-        let slot = HashSlot::of_resource(&resource).index();
+        let slot = crate::cluster_slot(&resource);
         let Ok(from) = lab.shard_serving(group, slot).await else {
             return Ok(false);
         };

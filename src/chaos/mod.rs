@@ -27,8 +27,8 @@ pub use workers::{Pattern, PatternStats, SEMAPHORE, slot_key};
 
 use crate::chaos::checker::Checker;
 use crate::chaos::workers::PatternTally;
-use crate::engine::clock::millis;
 use crate::lab::{Lab, LabError, LabSpec};
+use crate::millis;
 use crate::{Clock, Error, Locks, Topology};
 
 /// Resource names of a chaos run start with this.

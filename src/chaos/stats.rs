@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::chaos::checker::Hold;
 use crate::chaos::faults::{Fault, FaultWindow};
-use crate::engine::clock::millis;
+use crate::millis;
 
 /// The figures of one kind of fault.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]

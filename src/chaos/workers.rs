@@ -16,8 +16,7 @@ use serde::Serialize;
 use super::checker::{Checker, Hold};
 use super::store::FencedStore;
 use super::{ChaosOptions, Fault, RESOURCE_PREFIX, Tally};
-use crate::Locks;
-use crate::engine::resource::parse_permit_handle;
+use crate::{Locks, PermitHandle};
 
 /// The semaphore the permit workers share.
 pub const SEMAPHORE: &str = "chaos:permits";
@@ -220,8 +219,8 @@ pub(crate) async fn work(
         let keys: Vec<String> = match &ask {
             Ask::Lock(resource) => vec![resource.clone()],
             Ask::Set(resources) => resources.clone(),
-            Ask::Permit => match parse_permit_handle(lease.token()) {
-                Some((_, slot)) => vec![slot_key(SEMAPHORE, slot)],
+            Ask::Permit => match PermitHandle::parse(lease.token()) {
+                Some(PermitHandle { slot, .. }) => vec![slot_key(SEMAPHORE, slot)],
                 None => vec![SEMAPHORE.to_string()],
             },
         };

@@ -152,9 +152,8 @@ mod many {
     use serde::Serialize;
 
     use super::super::{Cli, exit};
-    use crate::Locks;
-    use crate::group::reply::Reply;
     use crate::lab::{Lab, LabSpec};
+    use crate::{InfoSection, Locks};
 
     /// Acquires and releases in flight at once.
     const CONCURRENCY: usize = 64;
@@ -204,12 +203,16 @@ mod many {
     async fn used_memory(locks: &Locks) -> (f64, usize) {
         let mut total = 0.0;
         let mut answered = 0;
-        for group in &locks.engine.groups {
-            if let Reply::Answer(text) = group.info(fred::types::InfoKind::Memory).await
-                && let Some(bytes) = text
-                    .lines()
-                    .find_map(|line| line.trim().strip_prefix("used_memory:"))
-                    .and_then(|n| n.parse::<f64>().ok())
+        for text in locks
+            .group_info(InfoSection::Memory)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            if let Some(bytes) = text
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("used_memory:"))
+                .and_then(|n| n.parse::<f64>().ok())
             {
                 total += bytes;
                 answered += 1;
@@ -315,7 +318,7 @@ mod many {
         } else {
             "bench:many:"
         };
-        let pattern = format!("{}:{{bench:many:*}}:lock", locks.engine.topology.key_prefix);
+        let pattern = format!("{}:{{bench:many:*}}:lock", locks.topology().key_prefix);
         for run in 0..RUNS {
             let at = Instant::now();
             locks.list("", 100).await?;
@@ -327,14 +330,7 @@ mod many {
             locks.status(&name(run * 7919 % count)).await?;
             status.push(ms(at));
             let at = Instant::now();
-            futures::future::join_all(
-                locks
-                    .engine
-                    .groups
-                    .iter()
-                    .map(|group| group.scan_keys(&pattern, usize::MAX)),
-            )
-            .await;
+            locks.scan_every_group(&pattern).await;
             full_scan.push(ms(at));
         }
         let at = Instant::now();

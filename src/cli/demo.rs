@@ -18,8 +18,8 @@ use crate::Failover;
 use crate::Locks;
 use crate::Vote;
 use crate::chaos::checker::{Checker, Hold};
-use crate::engine::clock::millis;
 use crate::lab::{ClusterShape, Lab, LabSpec};
+use crate::millis;
 use tokio::sync::broadcast;
 
 /// Group whose master the demo kills (0-based: g2).

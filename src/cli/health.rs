@@ -3,8 +3,8 @@
 
 use super::exit;
 use super::output::{self, or_dash};
+use crate::ConfigLocation;
 use crate::Locks;
-use crate::config::ConfigLocation;
 use crate::{Admission, Health};
 
 fn admission(admission: &Admission) -> String {

@@ -14,9 +14,8 @@ use super::exit;
 use super::output::{self, duration_ms, or_dash};
 use crate::Error;
 use crate::LockStatus;
-use crate::engine::resource::parse_permit_handle;
 use crate::{Detached, LeaseEnd};
-use crate::{Locks, Released, SemaphoreStatus};
+use crate::{Locks, PermitHandle, Released, SemaphoreStatus};
 
 #[derive(Debug, Clone, Args)]
 #[command(
@@ -393,7 +392,7 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
     // A permit's token ends in its slot.
     let permit = args
         .permits
-        .and_then(|permits| Some((parse_permit_handle(lease.token())?.1, permits)));
+        .and_then(|permits| Some((PermitHandle::parse(lease.token())?.slot, permits)));
     if json {
         let mut acquired = json!({
             "acquired": true,

@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::Error;
-use crate::config::{ConfigLocation, ConfigSource, Topology};
 use crate::lab::Lab;
+use crate::{ConfigLocation, ConfigSource, Topology};
 use output::LogFormat;
 
 /// Exit codes, documented in `--help` and the README.
@@ -326,7 +326,7 @@ fn exit_code(error: &anyhow::Error) -> u8 {
         Some(Error::InvalidInput { .. } | Error::Config(_)) => exit::USAGE,
         Some(Error::Setup { .. }) => exit::FAILURE,
         Some(Error::LeaseLost { .. }) => exit::LEASE_LOST,
-        None if error.downcast_ref::<crate::config::ConfigError>().is_some()
+        None if error.downcast_ref::<crate::ConfigError>().is_some()
             || error.downcast_ref::<NoTopology>().is_some()
             || error.downcast_ref::<serve::TokenTwice>().is_some() =>
         {

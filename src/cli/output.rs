@@ -7,7 +7,7 @@ use comfy_table::{ContentArrangement, Row, Table, presets};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::config::ConfigError;
+use crate::ConfigError;
 use crate::mcp::ServeError;
 
 /// A borderless table with a header row, as `kubectl` or `docker ps` print them.

@@ -11,9 +11,9 @@ use clap::Args;
 
 use super::exit;
 use crate::Locks;
+use crate::Topology;
 #[cfg(feature = "mcp-bench")]
 use crate::bench::mcp::{self as bench, BenchOptions};
-use crate::config::Topology;
 use crate::mcp::{
     BearerToken, Capacity, HttpOptions, LISTENING_PREFIX, Limits, McpServer, StdioEnd, TlsFiles,
     serve_http, serve_stdio,
@@ -192,7 +192,7 @@ async fn report_renewals() {
         every.tick().await;
         eprintln!(
             "{}",
-            crate::mcp::renewals_line(crate::engine::lease::renewal_counts())
+            crate::mcp::renewals_line(crate::Locks::renewal_counts())
         );
     }
 }
@@ -258,7 +258,7 @@ async fn run_load(
     ttl: Duration,
     sessions: u64,
 ) -> anyhow::Result<u8> {
-    use crate::mcp::load::{self, LoadOptions};
+    use crate::bench::load::{self, LoadOptions};
     let config = config_file(topology)?;
     let options = LoadOptions {
         binary: std::env::current_exe()

@@ -4,11 +4,13 @@
 //! The file is TOML. Reading it never reads the process environment: [`Topology::with_env`]
 //! does, on request, applying `QUORUMLOCK_*` overrides and reading passwords kept in files or
 //! environment variables ([`secrets`]); command-line flags override both. [`discovery`] finds
-//! the file. Every error names the key that is wrong and what was expected, because the person
-//! reading it is usually editing that file right now.
+//! the file; [`tls`] builds the TLS client of a `[tls]` table. Every error names the key that
+//! is wrong and what was expected, because the person reading it is usually editing that file
+//! right now.
 
 mod discovery;
 mod secrets;
+mod tls;
 
 pub use discovery::{ConfigLocation, ConfigSource};
 
@@ -360,7 +362,7 @@ impl Topology {
         if let Some(tls) = &self.tls {
             // Reading the files now reports a wrong path when the file is loaded, not at the
             // first connection.
-            crate::group::security::rustls_config(tls)?;
+            tls.client_config()?;
         }
         let mut names = std::collections::HashSet::new();
         // Two groups behind one master would give it two votes: the groups must be

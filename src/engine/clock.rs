@@ -14,8 +14,9 @@ fn system_micros() -> u64 {
         .map_or(0, |elapsed| elapsed.as_micros() as u64)
 }
 
-/// A duration in whole milliseconds, saturating instead of wrapping.
-pub(crate) fn millis(duration: Duration) -> u64 {
+/// A duration in whole milliseconds, saturating instead of wrapping: how every front door and
+/// tool writes a duration as `*_ms`.
+pub fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -544,7 +544,6 @@ static FAILED: AtomicU64 = AtomicU64::new(0);
 static LOST: AtomicU64 = AtomicU64::new(0);
 
 /// What every keepalive task of this process has done so far.
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RenewalCounts {
     /// Renewals that succeeded.
@@ -558,8 +557,7 @@ pub struct RenewalCounts {
 }
 
 /// The renewal counts of every keepalive task of this process since it started.
-#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-pub fn renewal_counts() -> RenewalCounts {
+pub(crate) fn renewal_counts() -> RenewalCounts {
     RenewalCounts {
         renewed: RENEWED.load(Ordering::Relaxed),
         late: LATE.load(Ordering::Relaxed),

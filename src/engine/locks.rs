@@ -15,9 +15,9 @@ use crate::config::Topology;
 use crate::engine::clock::{Clock, millis};
 use crate::engine::error::{Error, majority_holder};
 use crate::engine::fence::Fences;
-use crate::engine::lease::{Acquire, Lease};
+use crate::engine::lease::{Acquire, Lease, RenewalCounts};
 use crate::engine::resource::{
-    Claim, LeaseKeys, MAX_PERMITS, ResourceKeys, parse_permit_handle, validate_resource,
+    Claim, LeaseKeys, MAX_PERMITS, PermitHandle, ResourceKeys, validate_resource,
 };
 use crate::engine::vote::{GroupVote, Majority, Vote};
 use crate::engine::waiters::Waiters;
@@ -191,6 +191,12 @@ impl Locks {
                 cleanup: TaskTracker::new(),
             }),
         })
+    }
+
+    /// What every keepalive task of this process has done since it started, whichever
+    /// `Locks` it renews through: for load reports.
+    pub fn renewal_counts() -> RenewalCounts {
+        crate::engine::lease::renewal_counts()
     }
 
     /// Starts building an acquire of `resource`; `.await` it (see [`crate::Acquire`]).
@@ -389,8 +395,8 @@ impl Engine {
         token: &'t str,
     ) -> Result<(LeaseKeys, &'t str), Error> {
         validate_resource(resource)?;
-        Ok(match parse_permit_handle(token) {
-            Some((raw, slot)) if slot < MAX_PERMITS => (
+        Ok(match PermitHandle::parse(token) {
+            Some(PermitHandle { token: raw, slot }) if slot < MAX_PERMITS => (
                 LeaseKeys {
                     names: vec![resource.to_string()],
                     members: vec![ResourceKeys::slot(

@@ -19,5 +19,7 @@ pub mod protocol;
 pub(crate) mod resource;
 pub(crate) mod scoped;
 pub(crate) mod semaphore;
+#[cfg(feature = "tools")]
+pub(crate) mod servers;
 pub(crate) mod vote;
 pub(crate) mod waiters;

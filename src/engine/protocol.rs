@@ -4,7 +4,9 @@
 //! The engine, the tests and the protocol model all read these; the scripts use the same
 //! numbers, which a test checks against the Lua sources.
 
+use crate::engine::resource::{admission_key, policy_key};
 use crate::engine::vote::Majority;
+use crate::group::scripts::ADMIT_LUA;
 
 /// What the acquire and extend scripts answer, as the first element of their reply.
 pub mod code {
@@ -61,6 +63,32 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// The key a master holds its policy in, under `key_prefix` (`<prefix>:policy`).
+    pub fn key(key_prefix: &str) -> String {
+        policy_key(key_prefix)
+    }
+
+    /// The command that admits one master to the vote at once under this policy, setting its
+    /// acknowledged mode to `acked_replicas` (0: off): `EVAL` of `lua/admit.lua` on the
+    /// master's admission marker and policy under `key_prefix`. Only for masters just started
+    /// empty, which cannot have missed a grant (a lab's); [`crate::Locks::admit`] is the
+    /// checked way for a deployment.
+    pub fn admit_command(self, key_prefix: &str) -> Vec<String> {
+        vec![
+            "EVAL".to_string(),
+            ADMIT_LUA.to_string(),
+            "2".to_string(),
+            admission_key(key_prefix),
+            policy_key(key_prefix),
+            self.max_ttl_ms.to_string(),
+            self.write_window_ms.to_string(),
+            // Votes at once (no delay), not forced.
+            "0".to_string(),
+            "0".to_string(),
+            self.acked_replicas.to_string(),
+        ]
+    }
+
     /// How long a master with a new history sits out: every lease it may have granted and
     /// lost has expired by then, including those an isolated old master granted before it
     /// stopped accepting writes.

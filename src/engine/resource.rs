@@ -355,10 +355,30 @@ pub(crate) fn permit_handle(token: &str, slot: usize) -> String {
     format!("{token}-{slot}")
 }
 
-/// The token and slot of a permit's handle; `None` for a lock's token (it has no `-`).
-pub(crate) fn parse_permit_handle(handle: &str) -> Option<(&str, u32)> {
-    let (token, slot) = handle.rsplit_once('-')?;
-    Some((token, slot.parse().ok()?))
+/// A permit's handle, the token its holder is given (`<token>-<slot>`): the token the slot
+/// holds, and the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermitHandle<'a> {
+    /// The token the slot's lock holds.
+    pub token: &'a str,
+    /// The slot, from 0.
+    pub slot: u32,
+}
+
+impl<'a> PermitHandle<'a> {
+    /// The token and slot of a permit's handle; `None` for a lock's token (it has no `-`).
+    pub fn parse(handle: &'a str) -> Option<Self> {
+        let (token, slot) = handle.rsplit_once('-')?;
+        Some(PermitHandle {
+            token,
+            slot: slot.parse().ok()?,
+        })
+    }
+}
+
+/// The Redis Cluster hash slot every key of `resource` lives in (its keys share one hash tag).
+pub fn cluster_slot(resource: &str) -> u16 {
+    HashSlot::of_resource(resource).index()
 }
 
 /// Checks a resource name: non-empty, at most [`MAX_RESOURCE_BYTES`], no control characters.

@@ -11,7 +11,7 @@ use rcgen::{
 
 use super::LabError;
 use super::state::{io_error, write_file};
-use crate::config::TlsSettings;
+use crate::TlsSettings;
 
 /// Subdirectory of the lab's CA and certificates.
 pub(super) const TLS_DIR: &str = "tls";

@@ -27,7 +27,6 @@
 //! - `dashboard/`: the read-only operator dashboard at `/` and the snapshot it polls.
 //! - `tls`: `https` on the HTTP listener: the rustls configuration and a TLS listener.
 //! - `stdio`: one session over stdin and stdout.
-//! - `load` (feature `mcp-bench`): the agent-swarm load, `serve --bench-sessions`.
 
 mod arguments;
 mod auth;
@@ -37,8 +36,6 @@ mod handler;
 mod hosts;
 mod http;
 mod http_sessions;
-#[cfg(feature = "mcp-bench")]
-pub mod load;
 mod metrics;
 mod readiness;
 mod reply;
@@ -67,7 +64,7 @@ pub const LISTENING_PREFIX: &str = "quorumlock mcp listening on ";
 pub const RENEWALS_PREFIX: &str = "quorumlock keepalive renewals ";
 
 /// The renewal report line for `counts`.
-pub(crate) fn renewals_line(counts: crate::engine::lease::RenewalCounts) -> String {
+pub(crate) fn renewals_line(counts: crate::RenewalCounts) -> String {
     format!(
         "{RENEWALS_PREFIX}{} {} {} {}",
         counts.renewed, counts.late, counts.failed, counts.lost
@@ -77,7 +74,7 @@ pub(crate) fn renewals_line(counts: crate::engine::lease::RenewalCounts) -> Stri
 /// Default shortest TTL an agent may ask for: a margin against clock drift and process pauses.
 pub const DEFAULT_MIN_TTL: Duration = Duration::from_secs(5);
 /// Default longest TTL an agent may ask for (the topology's default `max_ttl_ms`).
-pub const DEFAULT_MAX_TTL: Duration = Duration::from_millis(crate::config::DEFAULT_MAX_TTL_MS);
+pub const DEFAULT_MAX_TTL: Duration = Duration::from_millis(crate::DEFAULT_MAX_TTL_MS);
 /// Longest `wait_ms` accepted: a tool call that blocks longer than this outlives most HTTP
 /// proxies' timeouts and leaves the agent unable to act.
 pub const MAX_WAIT: Duration = Duration::from_secs(60);

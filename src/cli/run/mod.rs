@@ -20,8 +20,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use super::exit;
-use crate::engine::resource::parse_permit_handle;
-use crate::{Clock, KeptLease, LeaseEnd, Locks};
+use crate::{Clock, KeptLease, LeaseEnd, Locks, PermitHandle};
 use group::{Change, CommandGroup};
 
 /// The least `--ttl-ms` run takes: it kills the command a tenth of the TTL (at least 100 ms)
@@ -186,7 +185,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
     // A permit's token ends in its slot.
     let permit = args
         .permits
-        .and_then(|_| Some(parse_permit_handle(kept.token())?.1));
+        .and_then(|_| Some(PermitHandle::parse(kept.token())?.slot));
     let mut acquired = json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.ttl_ms});
     // How messages name what is held: `the lock on R`, or `permit P of R (N permits)`.
     let (held, the_hold) = match (permit, args.permits) {

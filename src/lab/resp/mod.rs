@@ -31,9 +31,8 @@ pub(crate) struct Control {
 impl Control {
     pub(crate) fn new(spec: &LabSpec) -> Result<Self, LabError> {
         let tls = if spec.tls {
-            Some(crate::group::security::tokio_connector(&tls_settings(
-                &spec.dir,
-            ))?)
+            let config = tls_settings(&spec.dir).client_config()?;
+            Some(TlsConnector::from(std::sync::Arc::new(config)))
         } else {
             None
         };

@@ -27,9 +27,8 @@ use serde::Serialize;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 
-use super::BearerToken;
-use super::{LISTENING_PREFIX, RENEWALS_PREFIX};
-use crate::engine::lease::RenewalCounts;
+use crate::RenewalCounts;
+use crate::mcp::{BearerToken, LISTENING_PREFIX, RENEWALS_PREFIX};
 
 /// Sessions that acquire and release under the keepalive background.
 pub const DEFAULT_CHURN_SESSIONS: usize = 64;
