@@ -11,6 +11,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::exit;
+use super::lease::{LeaseArgs, who_am_i};
 use super::output::{self, duration_ms, or_dash};
 use crate::Error;
 use crate::LockStatus;
@@ -50,18 +51,8 @@ pub struct AcquireArgs {
     /// The resource to lock; several are locked together, all or nothing (at most 64).
     #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
     resources: Vec<String>,
-    /// Lease TTL in milliseconds.
-    #[arg(long, default_value_t = 15_000)]
-    ttl_ms: u64,
-    /// Keep trying this many milliseconds while it is held elsewhere.
-    #[arg(long, default_value_t = 0)]
-    wait_ms: u64,
-    /// Who holds it (default: $USER@host).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Why.
-    #[arg(long)]
-    purpose: Option<String>,
+    #[command(flatten)]
+    lease: LeaseArgs,
     /// Keep the lock, renewing it, until Ctrl-C or SIGTERM; then release it.
     #[arg(long)]
     hold: bool,
@@ -125,14 +116,6 @@ pub struct WatchArgs {
     /// Refresh interval in milliseconds.
     #[arg(long, default_value_t = 500)]
     interval_ms: u64,
-}
-
-fn who_am_i() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
 }
 
 fn status_table(status: &LockStatus, quorum: usize) -> String {
@@ -339,7 +322,6 @@ fn label(resources: &[String]) -> String {
 }
 
 pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::Result<u8> {
-    let owner = args.owner.clone().unwrap_or_else(who_am_i);
     let request = match (args.resources.as_slice(), args.permits) {
         ([one], Some(permits)) => locks.acquire_permit(one.as_str(), permits),
         (_, Some(_)) => {
@@ -352,14 +334,7 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
         ([one], None) => locks.acquire(one.as_str()),
         (several, None) => locks.acquire_all(several),
     };
-    let mut request = request
-        .ttl(Duration::from_millis(args.ttl_ms))
-        .wait(Duration::from_millis(args.wait_ms))
-        .owner(owner);
-    if let Some(purpose) = &args.purpose {
-        request = request.purpose(purpose.as_str());
-    }
-    let lease = match request.await {
+    let lease = match args.lease.dress(request).await {
         Ok(lease) => lease,
         Err(Error::Held {
             resource,
@@ -449,7 +424,7 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
     if !json {
         println!(
             "holding it, renewed every {} ms; Ctrl-C releases it",
-            args.ttl_ms / 3
+            args.lease.ttl_ms / 3
         );
     }
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;

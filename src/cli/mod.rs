@@ -7,6 +7,7 @@ mod chaos;
 mod demo;
 mod health;
 pub mod lab;
+mod lease;
 mod locks;
 mod output;
 mod quarantine;

@@ -15,7 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::{Registry, Unit};
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use crate::{Admission, GroupVote, Health, Vote};
 
@@ -97,68 +97,18 @@ struct ClusterMetrics {
 
 impl ClusterMetrics {
     fn register(registry: &mut Registry) -> ClusterMetrics {
-        let metrics = ClusterMetrics {
-            quorum_available: Gauge::default(),
-            quorum_needed: Gauge::default(),
-            groups: Gauge::default(),
-            groups_voting: Gauge::default(),
-            group_up: Family::default(),
-            group_voting: Family::default(),
-            group_admission: Family::default(),
-            group_quarantine_remaining: Family::default(),
-            group_quarantine_policy: Family::default(),
-            group_latency: Family::default(),
-        };
-        registry.register(
-            "quorum_available",
-            "1 when at least a majority of groups is reachable and votes: locks can be granted",
-            metrics.quorum_available.clone(),
-        );
-        registry.register(
-            "quorum_needed_groups",
-            "Groups that must vote for a majority (N/2 + 1)",
-            metrics.quorum_needed.clone(),
-        );
-        registry.register("groups", "Groups in the topology", metrics.groups.clone());
-        registry.register(
-            "groups_voting",
-            "Groups reachable and voting",
-            metrics.groups_voting.clone(),
-        );
-        registry.register(
-            "group_up",
-            "1 when the group's master answers a ping",
-            metrics.group_up.clone(),
-        );
-        registry.register(
-            "group_voting",
-            "1 when the group is reachable and its master votes",
-            metrics.group_voting.clone(),
-        );
-        registry.register(
-            "group_admission",
-            "1 for the admission state the group's master is in (voting, quarantined, unadmitted, no_policy, evicts, unknown), 0 for the others",
-            metrics.group_admission.clone(),
-        );
-        registry.register_with_unit(
-            "group_quarantine_remaining",
-            "Time before a quarantined master votes again; 0 when it is not quarantined",
-            Unit::Seconds,
-            metrics.group_quarantine_remaining.clone(),
-        );
-        registry.register_with_unit(
-            "group_quarantine_policy",
-            "Length of a quarantine under the lock policy the group's master holds (max_ttl_ms + write_window_ms)",
-            Unit::Seconds,
-            metrics.group_quarantine_policy.clone(),
-        );
-        registry.register_with_unit(
-            "group_ping_latency",
-            "Round trip of the health probe's ping to the group's master",
-            Unit::Seconds,
-            metrics.group_latency.clone(),
-        );
-        metrics
+        ClusterMetrics {
+            quorum_available: QUORUM_AVAILABLE.add(registry),
+            quorum_needed: QUORUM_NEEDED_GROUPS.add(registry),
+            groups: GROUPS.add(registry),
+            groups_voting: GROUPS_VOTING.add(registry),
+            group_up: GROUP_UP.add(registry),
+            group_voting: GROUP_VOTING.add(registry),
+            group_admission: GROUP_ADMISSION.add(registry),
+            group_quarantine_remaining: GROUP_QUARANTINE_REMAINING.add(registry),
+            group_quarantine_policy: GROUP_QUARANTINE_POLICY.add(registry),
+            group_latency: GROUP_PING_LATENCY.add(registry),
+        }
     }
 
     fn record(&self, health: &Health) {
@@ -216,6 +166,127 @@ fn seconds(ms: u64) -> f64 {
     Duration::from_millis(ms).as_secs_f64()
 }
 
+/// One metric's registration: its name (under the registry's prefix), unit and help.
+struct Spec {
+    name: &'static str,
+    unit: Option<Unit>,
+    help: &'static str,
+}
+
+impl Spec {
+    const fn plain(name: &'static str, help: &'static str) -> Spec {
+        Spec {
+            name,
+            unit: None,
+            help,
+        }
+    }
+
+    const fn seconds(name: &'static str, help: &'static str) -> Spec {
+        Spec {
+            name,
+            unit: Some(Unit::Seconds),
+            help,
+        }
+    }
+
+    /// Registers a new metric under this spec and returns the handle the server records
+    /// through.
+    fn add<M: Metric + Clone + Default>(&self, registry: &mut Registry) -> M {
+        self.add_metric(registry, M::default())
+    }
+
+    /// [`Spec::add`] for a metric that is not built by `Default` (a histogram, or a family of
+    /// them).
+    fn add_metric<M: Metric + Clone>(&self, registry: &mut Registry, metric: M) -> M {
+        match &self.unit {
+            Some(unit) => {
+                registry.register_with_unit(self.name, self.help, unit.clone(), metric.clone())
+            }
+            None => registry.register(self.name, self.help, metric.clone()),
+        }
+        metric
+    }
+}
+
+// The registration table: every metric's name, unit and help, in the order `/metrics` lists
+// them (the quorum and group series first, then the server's own under `mcp_`).
+const QUORUM_AVAILABLE: Spec = Spec::plain(
+    "quorum_available",
+    "1 when at least a majority of groups is reachable and votes: locks can be granted",
+);
+const QUORUM_NEEDED_GROUPS: Spec = Spec::plain(
+    "quorum_needed_groups",
+    "Groups that must vote for a majority (N/2 + 1)",
+);
+const GROUPS: Spec = Spec::plain("groups", "Groups in the topology");
+const GROUPS_VOTING: Spec = Spec::plain("groups_voting", "Groups reachable and voting");
+const GROUP_UP: Spec = Spec::plain("group_up", "1 when the group's master answers a ping");
+const GROUP_VOTING: Spec = Spec::plain(
+    "group_voting",
+    "1 when the group is reachable and its master votes",
+);
+const GROUP_ADMISSION: Spec = Spec::plain(
+    "group_admission",
+    "1 for the admission state the group's master is in (voting, quarantined, unadmitted, no_policy, evicts, unknown), 0 for the others",
+);
+const GROUP_QUARANTINE_REMAINING: Spec = Spec::seconds(
+    "group_quarantine_remaining",
+    "Time before a quarantined master votes again; 0 when it is not quarantined",
+);
+const GROUP_QUARANTINE_POLICY: Spec = Spec::seconds(
+    "group_quarantine_policy",
+    "Length of a quarantine under the lock policy the group's master holds (max_ttl_ms + write_window_ms)",
+);
+const GROUP_PING_LATENCY: Spec = Spec::seconds(
+    "group_ping_latency",
+    "Round trip of the health probe's ping to the group's master",
+);
+const ACQUISITIONS: Spec = Spec::plain("acquisitions", "Locks granted");
+const DENIALS: Spec = Spec::plain(
+    "denials",
+    "Acquires refused because someone else holds the lock",
+);
+const QUORUM_FAILURES: Spec = Spec::plain(
+    "quorum_failures",
+    "Calls that failed because too few groups answered",
+);
+const GROUP_ERRORS: Spec = Spec::plain(
+    "group_errors",
+    "Votes that were an error or a timeout, by group",
+);
+const GROUP_UNSAFE: Spec = Spec::plain(
+    "group_unsafe",
+    "1 while a group's master has a setting that breaks a safety assumption (an eviction policy, unbounded writes after a partition): see cluster_health",
+);
+const KEEPALIVE_LEASES: Spec = Spec::plain(
+    "keepalive_leases",
+    "Keepalive leases this server renews right now",
+);
+const KEEPALIVE_LOST: Spec = Spec::plain(
+    "keepalive_lost",
+    "Keepalive leases lost to a failed renewal",
+);
+const KEEPALIVE_MAX_HOLD: Spec = Spec::plain(
+    "keepalive_max_hold",
+    "Keepalive leases released because they reached max_hold_ms",
+);
+const SESSIONS: Spec = Spec::plain(
+    "sessions",
+    "HTTP sessions open right now (at most max_sessions)",
+);
+const REFUSALS: Spec = Spec::plain(
+    "refusals",
+    "Sessions, keepalive leases and tool calls refused because a capacity limit was reached, by limit",
+);
+const TOOL_CALLS: Spec = Spec::plain("tool_calls", "Tool calls by tool and outcome");
+const TOOL_CALL_DURATION: Spec =
+    Spec::seconds("tool_call_duration", "Time to answer a tool call, by tool");
+const ACQUIRE_DURATION: Spec = Spec::seconds(
+    "acquire_duration",
+    "Time the engine took to decide an acquire (granted, held or failed)",
+);
+
 fn latency_histogram() -> Histogram {
     // 50 µs to ~1.6 s: loopback round trips up to a slow, waiting acquire.
     Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
@@ -258,100 +329,31 @@ impl Metrics {
         );
         let cluster = ClusterMetrics::register(&mut root);
         let registry = root.sub_registry_with_prefix("mcp");
-        let tool_calls = Family::<ToolCall, Counter>::default();
-        registry.register(
-            "tool_calls",
-            "Tool calls by tool and outcome",
-            tool_calls.clone(),
+        let tool_calls = TOOL_CALLS.add(registry);
+        let tool_duration = TOOL_CALL_DURATION.add_metric(
+            registry,
+            Family::<ToolName, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram,
+            ),
         );
-        let tool_duration = Family::<ToolName, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram,
-        );
-        registry.register_with_unit(
-            "tool_call_duration",
-            "Time to answer a tool call, by tool",
-            Unit::Seconds,
-            tool_duration.clone(),
-        );
-        let acquire_duration = latency_histogram();
-        registry.register_with_unit(
-            "acquire_duration",
-            "Time the engine took to decide an acquire (granted, held or failed)",
-            Unit::Seconds,
-            acquire_duration.clone(),
-        );
-        let acquisitions = Counter::default();
-        registry.register("acquisitions", "Locks granted", acquisitions.clone());
-        let denials = Counter::default();
-        registry.register(
-            "denials",
-            "Acquires refused because someone else holds the lock",
-            denials.clone(),
-        );
-        let quorum_failures = Counter::default();
-        registry.register(
-            "quorum_failures",
-            "Calls that failed because too few groups answered",
-            quorum_failures.clone(),
-        );
-        let group_errors = Family::<GroupName, Counter>::default();
-        registry.register(
-            "group_errors",
-            "Votes that were an error or a timeout, by group",
-            group_errors.clone(),
-        );
-        let group_unsafe = Family::<GroupName, Gauge>::default();
-        registry.register(
-            "group_unsafe",
-            "1 while a group's master has a setting that breaks a safety assumption (an eviction policy, unbounded writes after a partition): see cluster_health",
-            group_unsafe.clone(),
-        );
-        let keepalive_active = Gauge::default();
-        registry.register(
-            "keepalive_leases",
-            "Keepalive leases this server renews right now",
-            keepalive_active.clone(),
-        );
-        let keepalive_lost = Counter::default();
-        registry.register(
-            "keepalive_lost",
-            "Keepalive leases lost to a failed renewal",
-            keepalive_lost.clone(),
-        );
-        let keepalive_max_hold = Counter::default();
-        registry.register(
-            "keepalive_max_hold",
-            "Keepalive leases released because they reached max_hold_ms",
-            keepalive_max_hold.clone(),
-        );
-        let sessions = Gauge::default();
-        registry.register(
-            "sessions",
-            "HTTP sessions open right now (at most max_sessions)",
-            sessions.clone(),
-        );
-        let refusals = Family::<LimitName, Counter>::default();
-        registry.register(
-            "refusals",
-            "Sessions, keepalive leases and tool calls refused because a capacity limit was reached, by limit",
-            refusals.clone(),
-        );
+        let acquire_duration = ACQUIRE_DURATION.add_metric(registry, latency_histogram());
         Metrics {
-            registry: root,
             cluster,
             tool_calls,
             tool_duration,
             acquire_duration,
-            acquisitions,
-            denials,
-            quorum_failures,
-            group_errors,
-            group_unsafe,
-            keepalive_active,
-            keepalive_lost,
-            keepalive_max_hold,
-            sessions,
-            refusals,
+            acquisitions: ACQUISITIONS.add(registry),
+            denials: DENIALS.add(registry),
+            quorum_failures: QUORUM_FAILURES.add(registry),
+            group_errors: GROUP_ERRORS.add(registry),
+            group_unsafe: GROUP_UNSAFE.add(registry),
+            keepalive_active: KEEPALIVE_LEASES.add(registry),
+            keepalive_lost: KEEPALIVE_LOST.add(registry),
+            keepalive_max_hold: KEEPALIVE_MAX_HOLD.add(registry),
+            sessions: SESSIONS.add(registry),
+            refusals: REFUSALS.add(registry),
+            // Last: the sub-registry above borrows it until here.
+            registry: root,
         }
     }
 

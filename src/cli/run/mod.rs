@@ -7,6 +7,7 @@
 //! the command: everything `run` says goes to stderr.
 
 mod group;
+mod supervise;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -16,12 +17,14 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value, json};
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
 use super::exit;
+use super::lease::LeaseArgs;
 use crate::{Clock, KeptLease, LeaseEnd, Locks, PermitHandle};
-use group::{Change, CommandGroup};
+use group::CommandGroup;
+use supervise::Watch;
 
 /// The least `--ttl-ms` run takes: it kills the command a tenth of the TTL (at least 100 ms)
 /// before the validity ends, and renews at every third.
@@ -88,6 +91,11 @@ Examples:
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = RUN_HELP)]
+// The shared lease arguments, worded for run.
+#[command(mut_arg("ttl_ms", |arg| arg.help(
+    "Lease TTL in milliseconds; renewed every third of it while the command runs"
+)))]
+#[command(mut_arg("purpose", |arg| arg.help("Why (default: \"run\" and the program's name)")))]
 pub struct RunArgs {
     /// The resource to lock (with --permits: the semaphore).
     resource: String,
@@ -95,18 +103,8 @@ pub struct RunArgs {
     /// caller must give the same N), instead of under its lock.
     #[arg(long, value_name = "N")]
     permits: Option<u32>,
-    /// Lease TTL in milliseconds; renewed every third of it while the command runs.
-    #[arg(long, default_value_t = 15_000)]
-    ttl_ms: u64,
-    /// Keep trying this many milliseconds while it is held elsewhere.
-    #[arg(long, default_value_t = 0)]
-    wait_ms: u64,
-    /// Who holds it (default: $USER@host).
-    #[arg(long)]
-    owner: Option<String>,
-    /// Why (default: "run" and the program's name).
-    #[arg(long)]
-    purpose: Option<String>,
+    #[command(flatten)]
+    lease: LeaseArgs,
     /// Once the lease ended, or the command left processes behind: milliseconds between
     /// SIGTERM and SIGKILL to its group (SIGKILL comes before the validity ends either way).
     #[arg(long, default_value_t = 5_000)]
@@ -133,26 +131,92 @@ impl Say {
 
 pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8> {
     let say = Say { json };
-    let resource = args.resource.as_str();
     let program = args.command.first().ok_or_else(|| {
         crate::Error::invalid("command", "run needs a command to run, after `--`")
     })?;
-    if args.ttl_ms < MIN_RUN_TTL_MS {
+    if args.lease.ttl_ms < MIN_RUN_TTL_MS {
         return Err(crate::Error::invalid(
             "ttl_ms",
             format!(
                 "{} ms is below run's {MIN_RUN_TTL_MS} ms: run kills the command a tenth of the TTL (at least 100 ms) before the lease ends, and renews it every third",
-                args.ttl_ms
+                args.lease.ttl_ms
             ),
         )
         .into());
     }
     // Listening from the start: a Ctrl-C while waiting for the lock ends the wait.
-    let mut interrupt = signal(SignalKind::interrupt())?;
-    let mut terminate = signal(SignalKind::terminate())?;
-    let mut hangup = signal(SignalKind::hangup())?;
-    let mut quit = signal(SignalKind::quit())?;
+    let mut signals = Signals::new()?;
+    let kept = match take_lease(locks, args, program, &say, &mut signals).await? {
+        Ok(kept) => kept,
+        Err(code) => return Ok(code),
+    };
+    let (permit, the_hold) = announce(args, &kept, &say);
+    let mut group = match start(args, program, &kept, permit, &say) {
+        Ok(group) => group,
+        Err(code) => {
+            let _ = kept.release().await;
+            return Ok(code);
+        }
+    };
+    let watch = Watch {
+        args,
+        say: &say,
+        the_hold: &the_hold,
+        deadlines: Deadlines::new(&kept, args.grace_ms),
+        clock: locks.clock(),
+    };
+    let lost = watch.supervise(&kept, &mut group, &mut signals).await;
+    // No process of the group is left: only now may the lock go to anyone else.
+    group.take_terminal();
+    let status = group
+        .status()
+        .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
+    // Ctrl-C or Ctrl-\ at the terminal reached the command's group alone: once it is done,
+    // the rest of run's own group (a script run was called from, a pipeline) gets it too, as
+    // it would have without run.
+    let pass_on = status
+        .signal()
+        .filter(|&signal| group.has_terminal() && [libc::SIGINT, libc::SIGQUIT].contains(&signal));
+    drop(group);
+    let (code, lease_lost) = finish(args, kept, status, lost, &the_hold, &say).await;
+    if !lease_lost && let Some(signal) = pass_on {
+        // SAFETY: kill(2) on this process's own group; run's handler takes its own copy.
+        unsafe { libc::kill(0, signal) };
+    }
+    Ok(code)
+}
+
+/// The signals run forwards to the command, listened to from the start.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+    quit: Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+        })
+    }
+}
+
+/// Takes the lease, renewed from then on; a signal while waiting for it ends run with
+/// 128 + the signal, the command not run.
+async fn take_lease(
+    locks: &Locks,
+    args: &RunArgs,
+    program: &OsString,
+    say: &Say,
+    signals: &mut Signals,
+) -> anyhow::Result<Result<KeptLease, u8>> {
+    let resource = args.resource.as_str();
     let purpose = args
+        .lease
         .purpose
         .clone()
         .unwrap_or_else(|| format!("run {}", program_name(program)));
@@ -160,34 +224,35 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
         Some(permits) => locks.acquire_permit(resource, permits),
         None => locks.acquire(resource),
     };
-    let request = request
-        .ttl(Duration::from_millis(args.ttl_ms))
-        .wait(Duration::from_millis(args.wait_ms))
-        .owner(args.owner.clone().unwrap_or_else(who_am_i))
-        .purpose(purpose);
-    let interrupted = |signal: i32| -> anyhow::Result<u8> {
+    let request = args.lease.dress(request).purpose(purpose);
+    let interrupted = |signal: i32| -> anyhow::Result<Result<KeptLease, u8>> {
         say.event(
             json!({"event": "interrupted", "resource": resource, "signal": signal}),
             format!("interrupted while acquiring {resource}; the command was not run"),
         );
-        Ok(128 + signal as u8)
+        Ok(Err(128 + signal as u8))
     };
-    let kept = tokio::select! {
+    Ok(Ok(tokio::select! {
         kept = request.keepalive() => kept.map_err(|error| {
             anyhow::Error::new(error).context("the command was not run")
         })?,
-        Some(()) = interrupt.recv() => return interrupted(libc::SIGINT),
-        Some(()) = terminate.recv() => return interrupted(libc::SIGTERM),
-        Some(()) = hangup.recv() => return interrupted(libc::SIGHUP),
-        Some(()) = quit.recv() => return interrupted(libc::SIGQUIT),
-    };
+        Some(()) = signals.interrupt.recv() => return interrupted(libc::SIGINT),
+        Some(()) = signals.terminate.recv() => return interrupted(libc::SIGTERM),
+        Some(()) = signals.hangup.recv() => return interrupted(libc::SIGHUP),
+        Some(()) = signals.quit.recv() => return interrupted(libc::SIGQUIT),
+    }))
+}
+
+/// Says what was acquired. The permit's slot, for a permit, and how messages name what is
+/// held: `the lock on R`, or `permit P of R (N permits)`.
+fn announce(args: &RunArgs, kept: &KeptLease, say: &Say) -> (Option<u32>, String) {
+    let resource = args.resource.as_str();
     let fence = kept.fencing_token();
     // A permit's token ends in its slot.
     let permit = args
         .permits
         .and_then(|_| Some(PermitHandle::parse(kept.token())?.slot));
-    let mut acquired = json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.ttl_ms});
-    // How messages name what is held: `the lock on R`, or `permit P of R (N permits)`.
+    let mut acquired = json!({"event": "acquired", "resource": resource, "fencing_token": fence, "ttl_ms": args.lease.ttl_ms});
     let (held, the_hold) = match (permit, args.permits) {
         (Some(slot), Some(permits)) => {
             acquired["permit"] = json!(slot);
@@ -204,148 +269,57 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
             shown(&args.command)
         ),
     );
+    (permit, the_hold)
+}
 
+/// Starts the command in a process group of its own, with the lease in its environment; the
+/// exit code run ends with when it cannot be started.
+fn start(
+    args: &RunArgs,
+    program: &OsString,
+    kept: &KeptLease,
+    permit: Option<u32>,
+    say: &Say,
+) -> Result<CommandGroup, u8> {
+    let resource = args.resource.as_str();
     let mut command = Command::new(program);
     command
         .args(&args.command[1..])
         .env("QUORUMLOCK_RESOURCE", resource)
         .env("QUORUMLOCK_TOKEN", kept.token())
-        .env("QUORUMLOCK_FENCING_TOKEN", fence.to_string());
+        .env("QUORUMLOCK_FENCING_TOKEN", kept.fencing_token().to_string());
     match permit {
         Some(slot) => command.env("QUORUMLOCK_PERMIT", slot.to_string()),
         // A value inherited from an enclosing `run --permits` would name no permit of ours.
         None => command.env_remove("QUORUMLOCK_PERMIT"),
     };
-    let mut group = match CommandGroup::spawn(command) {
-        Ok(group) => group,
-        Err(error) => {
-            // As shells do: 127 when there is no such program, 126 when it cannot be run.
-            let code = if error.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            say.event(
-                json!({"event": "not_started", "resource": resource, "error": error.to_string(), "exit_code": code}),
-                format!("cannot run {}: {error}", shown(&args.command)),
-            );
-            let _ = kept.release().await;
-            return Ok(code);
-        }
-    };
+    CommandGroup::spawn(command).map_err(|error| {
+        // As shells do: 127 when there is no such program, 126 when it cannot be run.
+        let code = if error.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        say.event(
+            json!({"event": "not_started", "resource": resource, "error": error.to_string(), "exit_code": code}),
+            format!("cannot run {}: {error}", shown(&args.command)),
+        );
+        code
+    })
+}
 
-    let deadlines = Deadlines::new(&kept, args.grace_ms);
-    let clock = locks.clock();
-    let mut lease_state = kept.watch();
-    // Why the group is being stopped, once it is: the lease ended, or the command exited and
-    // left processes behind.
-    let mut lost: Option<String> = None;
-    let mut kill_at: Option<Instant> = None;
-    let mut killed = false;
-    let mut guard_deadline: Option<Instant> = None;
-    loop {
-        if group.status().is_some() && group.is_empty() {
-            break;
-        }
-        let kill_by = deadlines.kill_by(&kept, clock);
-        // The guard kills the group a little after run would, should run be stopped or
-        // starved by then.
-        let backstop = kill_by + deadlines.margin / 2;
-        if guard_deadline != Some(backstop) {
-            group.kill_at(backstop.into_std());
-            guard_deadline = Some(backstop);
-        }
-        let next_kill = kill_at.map_or(kill_by, |at| at.min(kill_by));
-        let term_by = deadlines.term_by(kill_by);
-        tokio::select! {
-            change = group.changed() => match change {
-                Change::LeaderExited(_) if !killed && !group.is_empty() => {
-                    say.event(
-                        json!({"event": "leftovers", "resource": resource, "grace_ms": args.grace_ms}),
-                        format!("the command exited and left processes in its group; sending them SIGTERM, SIGKILL in {} ms at the latest", args.grace_ms),
-                    );
-                    group.signal(libc::SIGTERM);
-                    kill_at.get_or_insert(Instant::now() + deadlines.grace);
-                }
-                Change::LeaderStopped if group.has_terminal() => {
-                    // Ctrl-Z: stop with the command, so the shell gets its terminal back. The
-                    // guard kills the group at the end of the validity if run is not
-                    // continued by then.
-                    group.take_terminal();
-                    // SAFETY: stops this process until the shell continues it.
-                    unsafe { libc::raise(libc::SIGSTOP) };
-                    // A lease that ran out meanwhile must not see its command continue.
-                    if Instant::now() >= deadlines.kill_by(&kept, clock) {
-                        group.kill();
-                        killed = true;
-                        lost.get_or_insert_with(|| "the validity ran out while the command was stopped".into());
-                    } else {
-                        group.give_terminal();
-                        group.signal(libc::SIGCONT);
-                    }
-                }
-                _ => {}
-            },
-            // A renewal, a failed one, or the end: the deadlines are read again.
-            () = lease_state.changed() => {}
-            end = kept.lost(), if lost.is_none() && kill_at.is_none() => {
-                let reason = describe(end);
-                say.event(
-                    json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
-                    format!("lost {the_hold} ({reason}); sending SIGTERM to the command, SIGKILL in {} ms at the latest", args.grace_ms),
-                );
-                group.signal(libc::SIGTERM);
-                lost = Some(reason);
-                kill_at = Some(Instant::now() + deadlines.grace);
-            }
-            // Renewals are failing and the validity runs low: a warning before the kill.
-            _ = tokio::time::sleep_until(term_by), if lost.is_none() && kill_at.is_none() && kept.renewals_failing() => {
-                let reason = "renewals failed; the lease's validity is running out".to_string();
-                say.event(
-                    json!({"event": "lease_lost", "resource": resource, "reason": reason, "grace_ms": args.grace_ms}),
-                    format!("{reason}; sending SIGTERM to the command, SIGKILL before the validity ends"),
-                );
-                group.signal(libc::SIGTERM);
-                lost = Some(reason);
-                kill_at = Some(Instant::now() + deadlines.grace);
-            }
-            _ = tokio::time::sleep_until(next_kill), if !killed => {
-                // Renewed meanwhile: the deadlines moved.
-                if kill_at.is_none_or(|at| Instant::now() < at)
-                    && Instant::now() < deadlines.kill_by(&kept, clock)
-                {
-                    continue;
-                }
-                say.event(
-                    json!({"event": "killed", "resource": resource}),
-                    "sending SIGKILL to the command's process group".to_string(),
-                );
-                group.kill();
-                killed = true;
-                if group.status().is_none() {
-                    lost.get_or_insert_with(|| "the lease's validity ran out".into());
-                }
-            }
-            Some(()) = interrupt.recv() => group.signal(libc::SIGINT),
-            Some(()) = terminate.recv() => group.signal(libc::SIGTERM),
-            Some(()) = hangup.recv() => group.signal(libc::SIGHUP),
-            Some(()) = quit.recv() => group.signal(libc::SIGQUIT),
-        }
-    }
-    // No process of the group is left: only now may the lock go to anyone else.
-    group.take_terminal();
-    let status = group
-        .status()
-        .unwrap_or_else(|| ExitStatus::from_raw(libc::SIGKILL));
+/// Releases the lease once the command's group is gone and says how it ended: the exit code
+/// run ends with (the command's own, or [`exit::LEASE_LOST`]), and whether the lease was lost.
+async fn finish(
+    args: &RunArgs,
+    kept: KeptLease,
+    status: ExitStatus,
+    lost: Option<String>,
+    the_hold: &str,
+    say: &Say,
+) -> (u8, bool) {
+    let resource = args.resource.as_str();
     let (code, how) = exit_code_of(status);
-    // Ctrl-C or Ctrl-\ at the terminal reached the command's group alone: once it is done,
-    // the rest of run's own group (a script run was called from, a pipeline) gets it too, as
-    // it would have without run.
-    let pass_on = status
-        .signal()
-        .filter(|&signal| group.has_terminal() && [libc::SIGINT, libc::SIGQUIT].contains(&signal));
-    drop(group);
-
     // A loss the keepalive reported as the command ended counts too.
     let lost = lost.or_else(|| kept.ended().map(describe));
     if let Some(reason) = lost {
@@ -359,7 +333,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
                 exit::LEASE_LOST
             ),
         );
-        return Ok(exit::LEASE_LOST);
+        return (exit::LEASE_LOST, true);
     }
     match kept.release().await {
         Ok(released) if released.released => say.event(
@@ -389,11 +363,7 @@ pub async fn run(locks: &Locks, args: &RunArgs, json: bool) -> anyhow::Result<u8
             ),
         ),
     }
-    if let Some(signal) = pass_on {
-        // SAFETY: kill(2) on this process's own group; run's handler takes its own copy.
-        unsafe { libc::kill(0, signal) };
-    }
-    Ok(code)
+    (code, false)
 }
 
 /// The exit code `run` passes through, and how to say it: the command's own code, or
@@ -445,14 +415,6 @@ fn shown(command: &[OsString]) -> String {
         })
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn who_am_i() -> String {
-    let user = std::env::var("USER").unwrap_or_else(|_| "unknown".into());
-    let host = std::fs::read_to_string("/etc/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
 }
 
 #[cfg(test)]
