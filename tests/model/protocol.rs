@@ -454,10 +454,7 @@ impl Master {
     /// replicas modelled (it has not noticed they are gone).
     fn deposed_master(&self) -> Option<(usize, Master)> {
         let deposed = self.deposed?;
-        let slot = self
-            .replicas
-            .iter()
-            .position(|r| r.link == Link::Deposed)?;
+        let slot = self.replicas.iter().position(|r| r.link == Link::Deposed)?;
         let master = Master {
             data: self.replicas[slot].data?,
             marker: deposed.marker,
@@ -973,7 +970,13 @@ impl LockModel {
     }
 
     /// Canonical form of a marker, or a record, under `policy`: past times at 0.
-    fn canonical_marker(&self, marker: &mut Marker, policy: Option<Pol>, now: Tick, raisable: bool) {
+    fn canonical_marker(
+        &self,
+        marker: &mut Marker,
+        policy: Option<Pol>,
+        now: Tick,
+        raisable: bool,
+    ) {
         if marker.vote_from <= now {
             marker.vote_from = 0;
         }
@@ -2064,7 +2067,8 @@ pub const LENGTHENED: &str = "a raise lengthens a quarantine";
 pub const ADMISSION_QUARANTINED: &str = "an admission starts a promoted master's quarantine";
 /// Acknowledged mode: a promoted replica takes over its master's record, votes before a
 /// quarantine would have let it, and a lease counts its grant.
-pub const PROMOTED_VOTES: &str = "a promoted replica votes at once and a lease is granted through it";
+pub const PROMOTED_VOTES: &str =
+    "a promoted replica votes at once and a lease is granted through it";
 /// Acknowledged mode: grants that would have made a majority do not count, because a `WAIT`
 /// failed.
 pub const UNACKED_NOT_COUNTED: &str = "a grant the replicas do not all hold is not counted";
