@@ -293,6 +293,8 @@ fn the_model_takes_its_constants_from_the_code() {
         (Answer::Quarantined, code::QUARANTINED),
         (Answer::NoPolicy, code::NO_POLICY),
         (Answer::AbovePolicy, code::ABOVE_POLICY),
+        (Answer::ReplicasMissing, code::REPLICAS_MISSING),
+        (Answer::Unacked, code::GRANTED),
     ];
     for (answer, code) in answers {
         assert_eq!(answer.code(), Some(code), "{answer:?}");
@@ -302,16 +304,23 @@ fn the_model_takes_its_constants_from_the_code() {
     let pol = Pol {
         max_ttl: 3,
         write_window: 1,
+        acked: 2,
     };
     assert_eq!(
         pol.policy(),
         Policy {
             max_ttl_ms: 3,
             write_window_ms: 1,
-            acked_replicas: 0,
+            acked_replicas: 2,
         }
     );
     assert_eq!(Pol::from_policy(pol.policy()), pol);
+    // An adoption keeps the mode of the policies it adopts.
+    let acked = Some(Pol::acked(1, 1).policy());
+    assert_eq!(
+        Policy::adopt(&[acked, acked, None], Majority::of(3)).map(Pol::from_policy),
+        Some(Pol::acked(1, 1))
+    );
     assert_eq!(pol.policy().quarantine_ms(), 4);
     let one = Some(Pol::ttl(1).policy());
     assert_eq!(Policy::adopt(&[one, None, None], Majority::of(3)), None);
@@ -814,4 +823,94 @@ fn deep_a_raise_lost_and_applied_again_keeps_mutual_exclusion() {
 #[ignore = "deeper bound: run with --release -- --ignored"]
 fn deep_a_raise_lost_and_applied_again_without_since_breaks_mutual_exclusion() {
     breaks(raise_lost_once(true, false), ONE_HOLDER);
+}
+
+// Acknowledged mode (docs/safety.md, "Acknowledged mode"): a vote counts once every replica
+// holds it, and a promoted replica that holds its master's record votes at once.
+
+/// Every group's policy is in the mode. The first group has `replicas` replicas, modelled:
+/// each receives its master's writes in order and late, a `WAIT` succeeds only once the
+/// replicas it needs hold the write, Sentinel may promote any of them however far behind,
+/// and the old master answers the requests that reach it until it rejoins as a replica. The
+/// other groups' replicas keep up and never fail, so faults strike only the first group.
+fn acked(name: &'static str, replicas: u8) -> Config {
+    Config {
+        policy: [
+            Some(Pol::acked(2, replicas)),
+            Some(Pol::acked(2, 1)),
+            Some(Pol::acked(2, 1)),
+        ],
+        replicas: [replicas, 0, 0],
+        promotions: true,
+        ..failover(name)
+    }
+}
+
+#[test]
+fn in_acknowledged_mode_the_design_holds_across_a_failover() {
+    holds(acked("acknowledged mode, one replica, a failover", 1));
+}
+
+#[test]
+fn in_acknowledged_mode_the_design_holds_across_a_failover_with_two_replicas() {
+    holds(acked("acknowledged mode, two replicas, a failover", 2));
+}
+
+/// A restart empty, then a failover: the restarted master adopts the policy and sits out;
+/// its replica, promoted, holds no record of that history (or one that sits out too), so it
+/// sits out as well.
+fn acked_restart(takeover: Takeover) -> Config {
+    Config {
+        restarts: true,
+        faults: 2,
+        takeover,
+        ..acked(
+            match takeover {
+                Takeover::Record => "acknowledged mode, a restart and a failover",
+                Takeover::AtOnce => "acknowledged mode, a promoted replica admitted at once",
+            },
+            1,
+        )
+    }
+}
+
+#[test]
+#[ignore = "deeper bound: run with --release -- --ignored"]
+fn in_acknowledged_mode_the_design_holds_across_a_restart_and_a_failover() {
+    holds(acked_restart(Takeover::Record));
+}
+
+/// (8) `WAIT 1` when the policy names two replicas: one replica holds the grant, Sentinel
+/// promotes the other, which holds the master's record and votes at once without the grant.
+fn wait_for_one() -> Config {
+    Config {
+        wait: Wait::One,
+        ..acked("acknowledged mode, WAIT for one replica of two", 2)
+    }
+}
+
+#[test]
+fn in_acknowledged_mode_waiting_for_one_replica_of_two_breaks_mutual_exclusion() {
+    breaks(wait_for_one(), ONE_HOLDER);
+}
+
+/// (9) A client that counts a grant whose `WAIT` failed: the replica promoted next lacks it.
+fn unacked_counted() -> Config {
+    Config {
+        count_unacked: true,
+        ..acked("acknowledged mode, an unacknowledged grant counted", 1)
+    }
+}
+
+#[test]
+fn in_acknowledged_mode_counting_an_unacknowledged_grant_breaks_mutual_exclusion() {
+    breaks(unacked_counted(), ONE_HOLDER);
+}
+
+/// (10) A promoted replica admitted at once whatever record it holds: after a restart lost a
+/// live grant, the replica of the restarted master lacks that grant and its master's record
+/// of the new history, and votes.
+#[test]
+fn in_acknowledged_mode_admitting_a_promoted_replica_at_once_breaks_mutual_exclusion() {
+    breaks(acked_restart(Takeover::AtOnce), ONE_HOLDER);
 }

@@ -58,11 +58,33 @@ pub enum Tokens {
     PerAcquire,
 }
 
+/// What the client's `WAIT` after a vote in acknowledged mode needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Wait {
+    /// The design: every replica the policy names (`WAIT R` answers R).
+    Every,
+    /// Broken: one replica, whatever the policy names.
+    One,
+}
+
+/// What a promoted replica in acknowledged mode does at its first vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Takeover {
+    /// The design (`takeover` in lua/admission.lua): it takes over the record it holds when
+    /// the record's history is the one it replicated (`master_replid2`), and votes when its
+    /// old master would have; any other new history sits out the quarantine.
+    Record,
+    /// Broken: a promoted replica votes at once, whatever record it holds.
+    AtOnce,
+}
+
 /// A lock policy in ticks (the code's [`Policy`] in ms).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pol {
     pub max_ttl: Tick,
     pub write_window: Tick,
+    /// Acknowledged mode when above 0: the replicas every vote must reach (`acked_replicas`).
+    pub acked: u8,
 }
 
 impl Pol {
@@ -70,6 +92,16 @@ impl Pol {
         Pol {
             max_ttl,
             write_window: 0,
+            acked: 0,
+        }
+    }
+
+    /// A policy in acknowledged mode with `replicas` replicas.
+    pub const fn acked(max_ttl: Tick, replicas: u8) -> Pol {
+        Pol {
+            max_ttl,
+            write_window: 0,
+            acked: replicas,
         }
     }
 
@@ -77,7 +109,7 @@ impl Pol {
         Policy {
             max_ttl_ms: u64::from(self.max_ttl),
             write_window_ms: u64::from(self.write_window),
-            acked_replicas: 0,
+            acked_replicas: u32::from(self.acked),
         }
     }
 
@@ -85,6 +117,7 @@ impl Pol {
         Pol {
             max_ttl: tick(policy.max_ttl_ms),
             write_window: tick(policy.write_window_ms),
+            acked: u8::try_from(policy.acked_replicas).unwrap_or(u8::MAX),
         }
     }
 
@@ -168,6 +201,15 @@ pub struct Config {
     /// Answers with a policy an adoption needs: `Majority::of(groups).needed` in the design.
     pub adopt_needed: usize,
     pub tokens: Tokens,
+    /// Acknowledged mode: the replicas modelled for each group, as many as its policy's
+    /// `acked` names. A group with none modelled has replicas that keep up and never fail, so
+    /// its `WAIT` always succeeds. In a configuration that models replicas, faults strike
+    /// only the groups that have them.
+    pub replicas: [u8; MAX_GROUPS],
+    pub wait: Wait,
+    /// Broken when on: the client counts a grant whose `WAIT` failed.
+    pub count_unacked: bool,
+    pub takeover: Takeover,
 }
 
 impl Config {
@@ -205,7 +247,22 @@ impl Config {
             rollback: true,
             adopt_needed: Majority::of(3).needed,
             tokens: Tokens::PerAttempt,
+            replicas: [0; MAX_GROUPS],
+            wait: Wait::Every,
+            count_unacked: false,
+            takeover: Takeover::Record,
         }
+    }
+
+    /// Whether any group's replicas are modelled (acknowledged mode).
+    pub fn models_replicas(&self) -> bool {
+        self.replicas[..self.groups].iter().any(|&r| r > 0)
+    }
+
+    /// Whether faults may strike master `m`: every master, or in a configuration that models
+    /// replicas, those whose replicas it models.
+    fn struck(&self, m: &Master) -> bool {
+        !self.models_replicas() || m.modelled()
     }
 
     /// Client `c`'s wall clock at `now` (it starts at 1: a wall clock is never 0).
@@ -267,12 +324,16 @@ pub struct Lock {
     pub expires_at: Tick,
 }
 
-/// What a master holds and replicates: the lock, the fence, the policy.
+/// What a master holds and replicates: the lock, the fence, the policy, and in acknowledged
+/// mode the record.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Data {
     pub lock: Option<Lock>,
     pub fence: Fence,
     pub policy: Option<Pol>,
+    /// `<prefix>:policy:acked`: a replicated copy of the marker, written once per history
+    /// (`keep_record` in lua/admission.lua).
+    pub record: Option<Marker>,
 }
 
 /// `<prefix>:admission`, written without replication.
@@ -299,6 +360,42 @@ impl Marker {
     }
 }
 
+/// Replicas a group has at most, in acknowledged mode.
+pub const MAX_REPLICAS: usize = 2;
+
+/// How one replica of a group in acknowledged mode stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Link {
+    /// No replica modelled here.
+    #[default]
+    Absent,
+    /// Synced with the master (`state=online`); it may lag behind the master's writes.
+    Online,
+    /// Not synced with the master it follows yet (after a failover, a replica of the old
+    /// master): not online until it rejoins.
+    Detached,
+    /// The old master after a failover: cut off from its replicas, it still answers the
+    /// clients that reach it until it rejoins as a replica. No `WAIT` on it succeeds.
+    Deposed,
+}
+
+/// One replica of a group in acknowledged mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Replica {
+    pub link: Link,
+    /// Online: what it holds when behind its master (a prefix of the master's writes),
+    /// `None` when it has every write. Deposed: the old master's data.
+    pub data: Option<Data>,
+}
+
+/// The history and marker of a deposed master (its data is in its replica slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Deposed {
+    pub history: u8,
+    pub marker: Option<Marker>,
+    pub replid2: Option<u8>,
+}
+
 /// One group's master.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Master {
@@ -312,6 +409,61 @@ pub struct Master {
     /// Its promotion lost a raise, which the operator has not applied again yet
     /// (`raise_reapplied`).
     pub lost_raise: bool,
+    /// Acknowledged mode: the group's replicas, in a canonical order (all `Absent` when
+    /// none is modelled; then `replica` above is the one replica of the other modes).
+    pub replicas: [Replica; MAX_REPLICAS],
+    /// `master_replid2`: the history a promoted replica replicated before its promotion.
+    pub replid2: Option<u8>,
+    pub deposed: Option<Deposed>,
+    /// Ghost: a promoted replica that took over its record and voted at once would
+    /// otherwise have sat out until this tick (0 once past).
+    pub at_once_until: Tick,
+    /// Ghost: it granted a lock before then.
+    pub granted_at_once: bool,
+}
+
+impl Master {
+    /// Whether the model has this group's replicas (acknowledged mode).
+    pub fn modelled(&self) -> bool {
+        self.replicas.iter().any(|r| r.link != Link::Absent)
+    }
+
+    /// The replicas its policy names (0: not in acknowledged mode).
+    fn acked(&self) -> u8 {
+        self.data.policy.map_or(0, |p| p.acked)
+    }
+
+    /// Whether it has exactly the replicas its policy names, each online (`vote_refusal`).
+    /// Replicas not modelled are always there.
+    fn replicas_ready(&self) -> bool {
+        !self.modelled()
+            || self
+                .replicas
+                .iter()
+                .filter(|r| r.link == Link::Online)
+                .count()
+                == usize::from(self.acked())
+    }
+
+    /// What replica slot `i` holds: its own data when behind or deposed, else the master's.
+    fn held_by(&self, i: usize) -> Data {
+        self.replicas[i].data.unwrap_or(self.data)
+    }
+
+    /// A master as the scripts see the deposed one: its data, marker and history, no
+    /// replicas modelled (it has not noticed they are gone).
+    fn deposed_master(&self) -> Option<(usize, Master)> {
+        let deposed = self.deposed?;
+        let slot = self.replicas.iter().position(|r| r.link == Link::Deposed)?;
+        let master = Master {
+            data: self.replicas[slot].data?,
+            marker: deposed.marker,
+            history: deposed.history,
+            replid2: deposed.replid2,
+            ..Master::default()
+        };
+        Some((slot, master))
+    }
 }
 
 /// A request on its way from a client to a group.
@@ -444,6 +596,12 @@ pub enum Answer {
     Quarantined,
     NoPolicy,
     AbovePolicy,
+    /// Acknowledged mode: the master does not have exactly its replicas online; nothing
+    /// written.
+    ReplicasMissing,
+    /// Acknowledged mode: granted, but the `WAIT` after it failed (`acknowledged_vote` is an
+    /// error, and the engine makes the vote `Reply::Failed`). The grant may stay.
+    Unacked,
 }
 
 impl Answer {
@@ -457,13 +615,15 @@ impl Answer {
             Answer::Quarantined => Some(code::QUARANTINED),
             Answer::NoPolicy => Some(code::NO_POLICY),
             Answer::AbovePolicy => Some(code::ABOVE_POLICY),
+            Answer::ReplicasMissing => Some(code::REPLICAS_MISSING),
+            Answer::Unacked => Some(code::GRANTED),
         }
     }
 
     /// A definite refusal: the group holds no grant of ours after answering it
     /// (`AcquireAnswer::refused`). A pending call may have been applied.
     fn refused(self) -> bool {
-        !matches!(self, Answer::Pending | Answer::Granted)
+        !matches!(self, Answer::Pending | Answer::Granted | Answer::Unacked)
     }
 }
 
@@ -568,6 +728,11 @@ pub struct Ghost {
     pub lengthened: bool,
     /// An admission met a history the master had not met and started its quarantine.
     pub admission_quarantined: bool,
+    /// A lease was granted with the vote of a promoted replica that took over its master's
+    /// record and voted before a quarantine would have let it.
+    pub promoted_voted: bool,
+    /// An attempt had a majority of grants only with grants whose `WAIT` failed.
+    pub unacked_not_counted: bool,
 }
 
 /// What one run of admit.lua did to a master's first vote.
@@ -636,6 +801,23 @@ pub enum Action {
     /// The operator applies the raise again to every master after a promotion lost it
     /// (`raise_reapplied`): admit.lua, as `Raise`, on each.
     Reapply,
+    /// Acknowledged mode: group `.0` runs request `.1`, a vote it grants, and the `WAIT`
+    /// pipelined behind it succeeds: the replicas in the set `.2` (a bit each) receive every
+    /// write. `WAIT` needs every replica (`Wait::Every`), or one (`Wait::One`).
+    DeliverAcked(usize, usize, u8),
+    /// The deposed master of group `.0` runs request `.1`, which the client sent before it
+    /// learned of the failover. The `WAIT` after it never succeeds.
+    DeliverDeposed(usize, usize),
+    /// Replica `.1` of group `.0` receives every write of its master.
+    Sync(usize, usize),
+    /// Sentinel promotes replica `.1` of group `.0`, however far behind: the writes it had
+    /// not received are gone, the history is new (`master_replid2` the old one), the old
+    /// master is deposed, and the other replicas are detached until they sync with the new
+    /// master.
+    Failover(usize, usize),
+    /// Replica `.1` of group `.0`, detached or the deposed master, syncs in full with the
+    /// master and is online (Sentinel converts the old master, `quorumlock lab rejoin`).
+    Rejoin(usize, usize),
 }
 
 pub struct LockModel {
@@ -677,32 +859,39 @@ impl LockModel {
         let changeable = (self.cfg.promotions || self.cfg.restarts) && s.faults_left > 0;
         // Whether an operator's raise may still come (a raise, or a raise applied again).
         let raisable = s.raises_left > 0 || s.masters.iter().any(|m| m.lost_raise);
+        // Acknowledged mode: whether a replica may still be promoted.
+        let failover = self.cfg.promotions && s.faults_left > 0;
         for m in s.masters.iter_mut().take(self.cfg.groups) {
-            m.data.lock = live(m.data.lock, now);
-            let Some(marker) = m.marker.as_mut() else {
-                continue;
-            };
-            if marker.vote_from <= now {
-                marker.vote_from = 0;
+            self.canonical_data(&mut m.data, now, raisable);
+            if let Some(marker) = m.marker.as_mut() {
+                self.canonical_marker(marker, m.data.policy, now, raisable);
             }
-            if let Some(since) = marker.since {
-                // The largest policy this master may still come to hold: only a raise grows
-                // it under the same history (a promotion or restart writes a new marker).
-                let reach = match (m.data.policy, self.cfg.raise_to) {
-                    (Some(pol), Some(to)) if raisable => Some(pol.merge(to)),
-                    (pol, _) => pol,
-                };
-                let longest = reach.map_or(0, |pol| self.cfg.quarantine_of(pol));
-                if since.saturating_add(longest) <= now {
-                    // No policy it may come to hold keeps it out any more.
-                    marker.since = None;
-                } else if let Some(pol) = m.data.policy
-                    && marker.vote_from <= since.saturating_add(self.cfg.quarantine_of(pol))
-                {
-                    // `since` decides alone, now and under any larger policy.
-                    marker.vote_from = 0;
+            if m.at_once_until <= now {
+                m.at_once_until = 0;
+            }
+            let data = m.data;
+            for replica in m.replicas.iter_mut() {
+                match (replica.link, replica.data.as_mut()) {
+                    (Link::Online, Some(held)) => {
+                        self.canonical_data(held, now, raisable);
+                        // What a replica holds matters once it is promoted, and only then.
+                        if *held == data || !failover {
+                            replica.data = None;
+                        }
+                    }
+                    (Link::Deposed, Some(held)) => {
+                        self.canonical_data(held, now, raisable);
+                        if let Some(deposed) = m.deposed.as_mut()
+                            && let Some(marker) = deposed.marker.as_mut()
+                        {
+                            self.canonical_marker(marker, held.policy, now, raisable);
+                        }
+                    }
+                    _ => {}
                 }
             }
+            // Replicas are interchangeable.
+            m.replicas.sort();
         }
         // A release that can delete nothing, now or later: the lock is not its token's, no
         // acquire with its token is on the way, and no promotion can bring one back.
@@ -717,15 +906,23 @@ impl LockModel {
             };
             // A late acquire or extend (its client no longer waits for the answer) that can
             // change nothing, now or later: the master keeps its history and marker (no fault
-            // can change them any more) and the script would refuse without a write.
-            let settled = !changeable && m.marker.is_some_and(|k| k == Marker::voting(m.history));
+            // can change them any more) and the script would refuse without a write (in
+            // acknowledged mode, the record of this history is written; no deposed master
+            // may run it).
+            let settled = !changeable
+                && m.marker.is_some_and(|k| k == Marker::voting(m.history))
+                && (m.acked() == 0 || m.data.record.is_some_and(|r| r.history == m.history))
+                && m.deposed.is_none();
             let clients = &s.clients;
             let ours = |token: Token| m.data.lock.is_some_and(|l| l.token == token);
+            let holds = |data: Option<Data>, token: Token| {
+                data.is_some_and(|d| d.lock.is_some_and(|l| l.token == token))
+            };
             queue.retain(|msg| match *msg {
                 Msg::Release { token, .. } => {
                     ours(token)
-                        || m.replica
-                            .is_some_and(|r| r.lock.is_some_and(|l| l.token == token))
+                        || holds(m.replica, token)
+                        || m.replicas.iter().any(|r| holds(r.data, token))
                         || acquiring(token)
                 }
                 Msg::Acquire {
@@ -772,6 +969,46 @@ impl LockModel {
         }
     }
 
+    /// Canonical form of a marker, or a record, under `policy`: past times at 0.
+    fn canonical_marker(
+        &self,
+        marker: &mut Marker,
+        policy: Option<Pol>,
+        now: Tick,
+        raisable: bool,
+    ) {
+        if marker.vote_from <= now {
+            marker.vote_from = 0;
+        }
+        if let Some(since) = marker.since {
+            // The largest policy this master may still come to hold: only a raise grows
+            // it under the same history (a promotion or restart writes a new marker).
+            let reach = match (policy, self.cfg.raise_to) {
+                (Some(pol), Some(to)) if raisable => Some(pol.merge(to)),
+                (pol, _) => pol,
+            };
+            let longest = reach.map_or(0, |pol| self.cfg.quarantine_of(pol));
+            if since.saturating_add(longest) <= now {
+                // No policy it may come to hold keeps it out any more.
+                marker.since = None;
+            } else if let Some(pol) = policy
+                && marker.vote_from <= since.saturating_add(self.cfg.quarantine_of(pol))
+            {
+                // `since` decides alone, now and under any larger policy.
+                marker.vote_from = 0;
+            }
+        }
+    }
+
+    /// Canonical form of what a master or a replica holds: expired keys gone, the record's
+    /// past times at 0.
+    fn canonical_data(&self, data: &mut Data, now: Tick, raisable: bool) {
+        data.lock = live(data.lock, now);
+        if let Some(record) = data.record.as_mut() {
+            self.canonical_marker(record, data.policy, now, raisable);
+        }
+    }
+
     /// The admission prologue (lua/admission.lua) and the policy check of acquire.lua and
     /// extend.lua. `Err` is the refusal.
     fn admission(&self, m: &mut Master, now: Tick, ttl: Tick, client: usize) -> Result<(), Answer> {
@@ -784,27 +1021,91 @@ impl LockModel {
                 (self.cfg.quarantine_of(pol), Some(pol.max_ttl))
             }
         };
+        let met = m.marker.is_none_or(|k| k.history != m.history);
         let left = match m.marker {
-            Some(marker) if marker.history == m.history => self
+            Some(marker) if !met => self
                 .cfg
                 .votes_from(marker, m.data.policy)
                 .saturating_sub(now),
-            _ => {
-                m.marker = Some(Marker {
-                    history: m.history,
-                    since: self.cfg.writes_since().then_some(now),
-                    vote_from: now.saturating_add(quarantine),
-                });
-                quarantine
-            }
+            _ => match self.takeover(m, now, quarantine) {
+                Some(left) => left,
+                None => {
+                    m.marker = Some(Marker {
+                        history: m.history,
+                        since: self.cfg.writes_since().then_some(now),
+                        vote_from: now.saturating_add(quarantine),
+                    });
+                    quarantine
+                }
+            },
         };
+        if m.acked() > 0 {
+            Self::keep_record(m, now, met);
+        }
         if left > 0 {
             return Err(Answer::Quarantined);
+        }
+        // vote_refusal: every call declares the policy's replicas (a client with a stale idea
+        // of the mode is refused and sends again, which adds nothing here).
+        if m.acked() > 0 && !m.replicas_ready() {
+            return Err(Answer::ReplicasMissing);
         }
         match max_ttl {
             Some(max_ttl) if ttl > max_ttl => Err(Answer::AbovePolicy),
             _ => Ok(()),
         }
+    }
+
+    /// `takeover` in lua/admission.lua, for a master in acknowledged mode that meets a new
+    /// history: a promoted replica whose record is of the history it replicated takes the
+    /// record over as its marker. Answers how long it still sits out, or `None` when it sits
+    /// out the quarantine.
+    fn takeover(&self, m: &mut Master, now: Tick, quarantine: Tick) -> Option<Tick> {
+        if m.acked() == 0 {
+            return None;
+        }
+        let marker = match self.cfg.takeover {
+            Takeover::Record => {
+                let record = m.data.record?;
+                if Some(record.history) != m.replid2 {
+                    return None;
+                }
+                Marker {
+                    history: m.history,
+                    ..record
+                }
+            }
+            Takeover::AtOnce => {
+                m.replid2?;
+                Marker::voting(m.history)
+            }
+        };
+        m.marker = Some(marker);
+        let left = self
+            .cfg
+            .votes_from(marker, m.data.policy)
+            .saturating_sub(now);
+        if left == 0 {
+            m.at_once_until = now.saturating_add(quarantine);
+        }
+        Some(left)
+    }
+
+    /// `keep_record` in lua/admission.lua: the record of this history, written once and
+    /// replicated. A history met in this call copies the new marker; one met earlier (an
+    /// adoption) gets a record that sits out from now.
+    fn keep_record(m: &mut Master, now: Tick, met: bool) {
+        if m.data.record.is_some_and(|r| r.history == m.history) {
+            return;
+        }
+        m.data.record = match m.marker {
+            Some(marker) if met => Some(marker),
+            _ => Some(Marker {
+                history: m.history,
+                since: Some(now),
+                vote_from: now,
+            }),
+        };
     }
 
     /// lua/acquire.lua on one master.
@@ -820,6 +1121,15 @@ impl LockModel {
         if let Err(refused) = self.admission(m, now, ttl, client) {
             return refused;
         }
+        let answer = self.grant(m, now, token, ttl, proposal);
+        if answer == Answer::Granted && now < m.at_once_until {
+            m.granted_at_once = true;
+        }
+        answer
+    }
+
+    /// The grant of lua/acquire.lua, after its admission.
+    fn grant(&self, m: &mut Master, now: Tick, token: Token, ttl: Tick, proposal: Fence) -> Answer {
         let lock = live(m.data.lock, now);
         let below = match self.cfg.fence_check {
             FenceCheck::Below => m.data.fence < proposal,
@@ -962,12 +1272,33 @@ impl LockModel {
         }
     }
 
+    /// Acknowledged mode: the replicas of group `g` that had every write of its master miss
+    /// what it wrote since `last`.
+    fn lag(&self, s: &mut State, last: &State, g: usize) {
+        let was = last.masters[g].data;
+        let m = &mut s.masters[g];
+        if m.data == was {
+            return;
+        }
+        for replica in m.replicas.iter_mut() {
+            if replica.link == Link::Online && replica.data.is_none() {
+                replica.data = Some(was);
+            }
+        }
+    }
+
     fn send_all(&self, s: &mut State, msg: Msg, to: impl Fn(usize) -> bool) {
         for g in 0..self.cfg.groups {
             if to(g) {
                 s.net[g].push(msg);
             }
         }
+    }
+
+    /// Whether the client counts a vote: a grant, and in acknowledged mode only one its
+    /// replicas acknowledged (`Answer::acknowledged_vote`), unless `count_unacked`.
+    fn counts(&self, vote: Answer) -> bool {
+        vote == Answer::Granted || (self.cfg.count_unacked && vote == Answer::Unacked)
     }
 
     fn decide_attempt(&self, s: &mut State, c: usize, mut a: Attempt) {
@@ -979,8 +1310,15 @@ impl LockModel {
         }
         let granted = a.votes[..groups]
             .iter()
-            .filter(|v| **v == Answer::Granted)
+            .filter(|v| self.counts(**v))
             .count();
+        let unacked = a.votes[..groups]
+            .iter()
+            .filter(|v| **v == Answer::Unacked)
+            .count();
+        if granted < majority.needed && granted + unacked >= majority.needed {
+            s.ghost.unacked_not_counted = true;
+        }
         let ahead = a.votes[..groups].iter().filter_map(|v| match v {
             Answer::FenceAhead(f) => Some(*f),
             _ => None,
@@ -989,9 +1327,17 @@ impl LockModel {
         if a.votes[..groups].contains(&Answer::AbovePolicy) {
             s.ghost.above_policy = true;
         }
+        // Ghost: a promoted replica that voted at once holds this grant.
+        let at_once = (0..groups).any(|g| {
+            let m = &s.masters[g];
+            a.votes[g] == Answer::Granted
+                && m.granted_at_once
+                && m.data.lock.is_some_and(|l| l.token == a.token)
+        });
         let client = &mut s.clients[c];
         if granted >= majority.needed {
             if s.now - a.started < cfg.lifetime(c) {
+                s.ghost.promoted_voted |= at_once;
                 // The lease. Ghost: its fence must be new, and above every lease granted
                 // before its acquire started.
                 let g = &mut s.ghost;
@@ -1070,7 +1416,7 @@ impl LockModel {
     fn decide_renewal(&self, s: &mut State, c: usize, mut lease: Lease, r: Renewal) {
         let renewed = r.votes[..self.cfg.groups]
             .iter()
-            .filter(|v| **v == Answer::Granted)
+            .filter(|v| self.counts(**v))
             .count();
         if renewed >= self.cfg.majority().needed && s.now - r.started < self.cfg.lifetime(c) {
             lease.valid_until = r.started + self.cfg.lifetime(c);
@@ -1089,8 +1435,15 @@ impl Model for LockModel {
         let mut masters = [Master::default(); MAX_GROUPS];
         for (g, m) in masters.iter_mut().enumerate().take(cfg.groups) {
             m.data.policy = cfg.policy[g];
-            // Admitted at bootstrap (lua/admit.lua, delay 0).
+            // Admitted at bootstrap (lua/admit.lua, delay 0). In acknowledged mode admit.lua
+            // writes the record as a copy of the marker: the master had never voted.
             m.marker = Some(Marker::voting(0));
+            if m.acked() > 0 {
+                m.data.record = m.marker;
+            }
+            for replica in m.replicas.iter_mut().take(usize::from(cfg.replicas[g])) {
+                replica.link = Link::Online;
+            }
         }
         let clients = std::array::from_fn(|c| Client {
             phase: if c < cfg.clients && cfg.attempts[c] > 0 {
@@ -1151,11 +1504,35 @@ impl Model for LockModel {
             }
         }
         for g in 0..cfg.groups {
+            let m = &s.masters[g];
+            // The sets of replicas whose acknowledgement makes a `WAIT` succeed.
+            let online = (0..MAX_REPLICAS)
+                .filter(|&i| m.replicas[i].link == Link::Online)
+                .fold(0u8, |set, i| set | 1 << i);
+            let needed = match cfg.wait {
+                Wait::Every => m.acked(),
+                Wait::One => 1,
+            };
+            let waits = (1..=online)
+                .filter(|set| set & !online == 0 && set.count_ones() >= u32::from(needed));
             for index in 0..s.net[g].len() {
                 if self.deliverable(s, g, index).is_some() {
                     actions.push(Action::Deliver(g, index));
-                    if cfg.promotions && s.masters[g].replica.is_none() && s.faults_left > 0 {
+                    if cfg.promotions
+                        && !m.modelled()
+                        && cfg.struck(m)
+                        && m.replica.is_none()
+                        && s.faults_left > 0
+                    {
                         actions.push(Action::DeliverLost(g, index));
+                    }
+                    if m.modelled() && m.acked() > 0 {
+                        for set in waits.clone() {
+                            actions.push(Action::DeliverAcked(g, index, set));
+                        }
+                    }
+                    if m.deposed.is_some() {
+                        actions.push(Action::DeliverDeposed(g, index));
                     }
                 }
             }
@@ -1170,16 +1547,40 @@ impl Model for LockModel {
             // A failure that loses nothing (a promotion of a replica that has every write, a
             // restart of a master that holds no lock and no fence) only makes a group refuse
             // for a while: it adds no behaviour that safety could break, and is left out.
-            if s.faults_left > 0 {
+            if s.faults_left > 0 && cfg.struck(m) {
                 if cfg.promotions && m.replica.is_some() {
                     actions.push(Action::Replicate(g));
                     actions.push(Action::Promote(g));
                 }
-                if cfg.restarts && (m.data.lock.is_some() || m.data.fence > 0) {
+                if cfg.restarts
+                    && (m.data.lock.is_some() || m.data.fence > 0)
+                    && m.deposed.is_none()
+                {
                     actions.push(Action::Restart(g));
                 }
                 if cfg.early_expiry && m.data.lock.is_some() {
                     actions.push(Action::ExpireEarly(g));
+                }
+            }
+            // Acknowledged mode. Replicas in equal states are one choice.
+            for i in 0..MAX_REPLICAS {
+                let replica = m.replicas[i];
+                if i > 0 && m.replicas[i - 1] == replica {
+                    continue;
+                }
+                match replica.link {
+                    Link::Online => {
+                        if replica.data.is_some() {
+                            actions.push(Action::Sync(g, i));
+                        }
+                        // A promotion of a replica that has every write is in: its taking
+                        // over at once is what the mode is for.
+                        if cfg.promotions && s.faults_left > 0 {
+                            actions.push(Action::Failover(g, i));
+                        }
+                    }
+                    Link::Detached | Link::Deposed => actions.push(Action::Rejoin(g, i)),
+                    Link::Absent => {}
                 }
             }
             // A raise that would change nothing on this master is the same as no raise.
@@ -1230,14 +1631,33 @@ impl Model for LockModel {
                 };
                 self.send_all(&mut s, msg, |_| true);
             }
-            Action::Deliver(g, index) | Action::DeliverLost(g, index) => {
+            Action::Deliver(g, index)
+            | Action::DeliverLost(g, index)
+            | Action::DeliverAcked(g, index, _)
+            | Action::DeliverDeposed(g, index) => {
                 let before = s.masters[g].data;
                 if self.deliverable(&s, g, index)? {
                     s.reorders_left -= 1;
                     s.ghost.disturbed = true;
                 }
                 let msg = s.net[g].remove(index);
-                let m = &mut s.masters[g];
+                // The master that runs it: the group's, or its deposed one.
+                let deposed = match action {
+                    Action::DeliverDeposed(..) => Some(s.masters[g].deposed_master()?),
+                    _ => None,
+                };
+                let mut m = deposed.map_or(s.masters[g], |(_, old)| old);
+                // In acknowledged mode a grant counts only once its replicas hold it: the
+                // `WAIT` pipelined behind the call. Replicas not modelled keep up.
+                let acked = match action {
+                    Action::DeliverAcked(..) => true,
+                    _ => deposed.is_none() && !(m.acked() > 0 && m.modelled()),
+                };
+                let vote = |answer: Answer| match answer {
+                    Answer::Granted if !acked => Answer::Unacked,
+                    answer => answer,
+                };
+                let mut granted = false;
                 match msg {
                     Msg::Acquire {
                         client,
@@ -1247,7 +1667,9 @@ impl Model for LockModel {
                         tag,
                     } => {
                         let c = usize::from(client);
-                        let answer = self.acquire_script(m, now, c, token, ttl, proposal);
+                        let answer = self.acquire_script(&mut m, now, c, token, ttl, proposal);
+                        granted = answer == Answer::Granted;
+                        let answer = vote(answer);
                         if let Phase::Trying(a) = &mut s.clients[c].phase
                             && a.tag == tag
                             && a.votes[g] == Answer::Pending
@@ -1262,7 +1684,9 @@ impl Model for LockModel {
                         tag,
                     } => {
                         let c = usize::from(client);
-                        let answer = self.extend_script(m, now, c, token, ttl);
+                        let answer = self.extend_script(&mut m, now, c, token, ttl);
+                        granted = answer == Answer::Granted;
+                        let answer = vote(answer);
                         if let Phase::Extending(lease, r) = &mut s.clients[c].phase
                             && r.tag == tag
                             && lease.token == token
@@ -1272,12 +1696,37 @@ impl Model for LockModel {
                         }
                     }
                     Msg::Release { token, .. } => {
-                        let deleted = Self::release_script(m, now, token);
+                        let deleted = Self::release_script(&mut m, now, token);
                         let rolled_back = s.clients.iter().all(|c| match c.phase {
                             Phase::Holding(l) | Phase::Extending(l, _) => l.token != token,
                             _ => true,
                         });
-                        s.ghost.rolled_back |= deleted && rolled_back;
+                        s.ghost.rolled_back |= deleted && rolled_back && deposed.is_none();
+                    }
+                }
+                match deposed {
+                    Some((slot, old)) => {
+                        let group = &mut s.masters[g];
+                        group.replicas[slot].data = Some(m.data);
+                        group.deposed = Some(Deposed {
+                            history: old.history,
+                            marker: m.marker,
+                            replid2: old.replid2,
+                        });
+                    }
+                    None => s.masters[g] = m,
+                }
+                if let Action::DeliverAcked(_, _, set) = action {
+                    // `WAIT` answers the replicas that hold the write; only a grant's matters.
+                    if !granted {
+                        return None;
+                    }
+                    self.lag(&mut s, last, g);
+                    let group = &mut s.masters[g];
+                    for (i, replica) in group.replicas.iter_mut().enumerate() {
+                        if set & (1 << i) != 0 {
+                            replica.data = None;
+                        }
                     }
                 }
                 if let Action::DeliverLost(..) = action {
@@ -1406,8 +1855,67 @@ impl Model for LockModel {
                 m.replica = None;
                 m.marker = None;
                 m.history += 1;
+                m.replid2 = None;
+                m.granted_at_once = false;
+                // Its replicas sync with it again, in full: they hold nothing either.
+                for replica in m.replicas.iter_mut() {
+                    if replica.link == Link::Online {
+                        replica.data = None;
+                    }
+                }
                 s.faults_left -= 1;
                 s.ghost.disturbed = true;
+            }
+            Action::Sync(g, i) => {
+                let replica = &mut s.masters[g].replicas[i];
+                if replica.link != Link::Online || replica.data.is_none() {
+                    return None;
+                }
+                replica.data = None;
+            }
+            Action::Failover(g, i) => {
+                let m = &mut s.masters[g];
+                if m.replicas[i].link != Link::Online {
+                    return None;
+                }
+                let promoted = m.held_by(i);
+                m.deposed = Some(Deposed {
+                    history: m.history,
+                    marker: m.marker,
+                    replid2: m.replid2,
+                });
+                for (j, replica) in m.replicas.iter_mut().enumerate() {
+                    *replica = match (j == i, replica.link) {
+                        (true, _) => Replica {
+                            link: Link::Deposed,
+                            data: Some(m.data),
+                        },
+                        (false, Link::Online) => Replica {
+                            link: Link::Detached,
+                            data: None,
+                        },
+                        (false, _) => *replica,
+                    };
+                }
+                m.data = promoted;
+                m.replid2 = Some(m.history);
+                m.history += 1;
+                m.marker = None;
+                m.granted_at_once = false;
+                s.faults_left -= 1;
+                s.ghost.disturbed = true;
+            }
+            Action::Rejoin(g, i) => {
+                let m = &mut s.masters[g];
+                match m.replicas[i].link {
+                    Link::Detached => {}
+                    Link::Deposed => m.deposed = None,
+                    _ => return None,
+                }
+                m.replicas[i] = Replica {
+                    link: Link::Online,
+                    data: None,
+                };
             }
             Action::ExpireEarly(g) => {
                 s.masters[g].data.lock = None;
@@ -1435,6 +1943,16 @@ impl Model for LockModel {
                     s.ghost.admission_quarantined |= effect.started_quarantine;
                     m.lost_raise = false;
                 }
+            }
+        }
+        // Acknowledged mode: a replica receives its master's writes late, until `Sync` or a
+        // `WAIT` that succeeds (`DeliverAcked`, which lags the others itself).
+        if !matches!(
+            action,
+            Action::Restart(_) | Action::DeliverAcked(..) | Action::Failover(..)
+        ) {
+            for g in 0..cfg.groups {
+                self.lag(&mut s, last, g);
             }
         }
         if cfg.lagging_replica && !matches!(action, Action::Promote(_) | Action::Restart(_)) {
@@ -1491,6 +2009,16 @@ impl Model for LockModel {
                 },
             ));
         }
+        if cfg.models_replicas() {
+            properties.push(Property::sometimes(UNACKED_NOT_COUNTED, |_, s: &State| {
+                s.ghost.unacked_not_counted
+            }));
+            if cfg.promotions {
+                properties.push(Property::sometimes(PROMOTED_VOTES, |_, s: &State| {
+                    s.ghost.promoted_voted
+                }));
+            }
+        }
         if cfg.restarts && cfg.quarantine != Quarantine::ClientMaxTtl {
             properties.push(Property::sometimes(
                 "an adoption happens",
@@ -1537,6 +2065,13 @@ pub const VALID_WRITES_TAKEN: &str = "(c') a write inside the lease's validity i
 /// An example: a raise moved a master's first vote later (`since` at work).
 pub const LENGTHENED: &str = "a raise lengthens a quarantine";
 pub const ADMISSION_QUARANTINED: &str = "an admission starts a promoted master's quarantine";
+/// Acknowledged mode: a promoted replica takes over its master's record, votes before a
+/// quarantine would have let it, and a lease counts its grant.
+pub const PROMOTED_VOTES: &str =
+    "a promoted replica votes at once and a lease is granted through it";
+/// Acknowledged mode: grants that would have made a majority do not count, because a `WAIT`
+/// failed.
+pub const UNACKED_NOT_COUNTED: &str = "a grant the replicas do not all hold is not counted";
 pub const NO_LEFTOVERS: &str =
     "(d) once quiet, no lock is left behind (no reorder, promotion, restart or early expiry)";
 
@@ -1575,9 +2110,18 @@ pub fn describe(model: &LockModel, path: &[(State, Option<Action>)]) -> String {
         };
         let _ = write!(out, "  t={} ", state.now);
         match *action {
-            Action::Deliver(g, index) | Action::DeliverLost(g, index) => {
+            Action::Deliver(g, index)
+            | Action::DeliverLost(g, index)
+            | Action::DeliverAcked(g, index, _)
+            | Action::DeliverDeposed(g, index) => {
                 let msg = state.net[g][index];
-                let _ = write!(out, "g{g} runs {msg:?}");
+                let _ = match action {
+                    Action::DeliverDeposed(..) => write!(out, "g{g}'s deposed master runs {msg:?}"),
+                    _ => write!(out, "g{g} runs {msg:?}"),
+                };
+                if let Action::DeliverAcked(_, _, set) = action {
+                    let _ = write!(out, ", WAIT reaches replicas {set:#b}");
+                }
                 if let Action::DeliverLost(..) = action {
                     let _ = write!(
                         out,
