@@ -1,6 +1,7 @@
 //! The comparison run: per lab shape, every library through every workload, round by round,
-//! each library going first, second, third and last in turn, and the figures gathered for the
-//! table; then, in the product's shape, the failover phase of quorumlock and etcd.
+//! each library taking every place in the order in turn, and the figures gathered for the
+//! table; then, in the product's shape, the failover phase of quorumlock (in both modes) and
+//! etcd.
 
 use std::time::Instant;
 
@@ -8,8 +9,8 @@ use crate::BoxError;
 use crate::lab::{ConnectedLab, LabPids, warm_up};
 use crate::libraries::{Library, LibraryKind};
 use crate::options::{Options, Shape};
-use crate::report::{self, FailoverResults, Figures, Results};
-use crate::workloads;
+use crate::report::{self, FailedCalls, FailoverResults, Figures, Results};
+use crate::workloads::{self, Failures};
 
 /// Runs every round on a fresh lab of `shape` and returns its table.
 pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxError> {
@@ -21,11 +22,11 @@ pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxErr
         started.elapsed().as_secs_f64()
     );
     let run = format!("peers:{}:{}", shape.tag(), std::process::id());
-    warm_up(&lab.quorum, &format!("{run}:q")).await;
-    warm_up(&lab.rs, &format!("{run}:r")).await;
-    warm_up(&lab.floor, &format!("{run}:f")).await;
-    warm_up(&lab.etcd, &format!("{run}:e")).await;
-    let mut results = rounds(&lab, options, &run).await;
+    for library in lab.libraries() {
+        warm_up(library, &format!("{run}:{}:warm", library.kind().name())).await;
+    }
+    let mut failed = FailedCalls::new();
+    let mut results = rounds(&lab, options, &run, &mut failed).await;
     // Failover only means something where a group has a replica to promote.
     let mut failovers = FailoverResults::new();
     if results.is_ok()
@@ -44,36 +45,45 @@ pub async fn run_shape(shape: Shape, options: &Options) -> Result<String, BoxErr
         started.elapsed().as_secs_f64()
     );
     let mut table = report::table(shape, options.rounds, &results);
+    table.push_str(&report::acknowledged_cost(shape, &results));
+    table.push_str(&report::failed_calls(&failed));
     table.push_str(&report::failover_table(options, &failovers));
     Ok(table)
 }
 
-async fn rounds(lab: &ConnectedLab, options: &Options, run: &str) -> Result<Results, BoxError> {
+async fn rounds(
+    lab: &ConnectedLab,
+    options: &Options,
+    run: &str,
+    failed: &mut FailedCalls,
+) -> Result<Results, BoxError> {
     let mut results = Results::new();
     for r in 0..options.rounds {
         eprintln!("round {}/{}", r + 1, options.rounds);
-        // Each library goes first, second, third and last in turn, so none always runs on a
+        // Each library takes every place in the order in turn, so none always runs on a
         // warmer or colder machine.
-        let mut order = [&lab.quorum, &lab.rs, &lab.floor, &lab.etcd];
+        let mut order = lab.libraries();
         let len = order.len();
         order.rotate_left(r % len);
         for library in order {
             let prefix = format!("{run}:{}:{r}", library.kind().name());
             let pids = lab.pids_of(library.kind());
-            let figures = round(library, options, &prefix, pids).await?;
+            let (figures, failures) = round(library, options, &prefix, pids).await?;
             results.entry(library.kind()).or_default().push(figures);
+            failed.entry(library.kind()).or_default().merge(failures);
         }
     }
     Ok(results)
 }
 
-/// One library's round: the three workloads, one after the other.
+/// One library's round: the three workloads, one after the other; its figures and the calls
+/// that failed in phases 1-2.
 async fn round(
     library: &Library,
     options: &Options,
     prefix: &str,
     pids: &LabPids,
-) -> Result<Figures, BoxError> {
+) -> Result<(Figures, Failures), BoxError> {
     let name = library.kind().name();
     eprint!("  {name}: sequential");
     let seq =
@@ -89,7 +99,8 @@ async fn round(
         seq.p50_us, c64.per_sec, c.per_sec, c.acquisitions, c.overlaps
     );
     let cpu = c64.cpu;
-    Ok(Figures::from([
+    let errors = (seq.errors.count + c1.errors.count + c64.errors.count) as f64;
+    let figures = Figures::from([
         ("acq_p50", seq.p50_us),
         ("acq_p99", seq.p99_us),
         ("seq_cpu_client", seq.cpu.client_us),
@@ -101,17 +112,22 @@ async fn round(
         ("cont_attempts", c.attempts),
         ("overlaps", c.overlaps as f64),
         ("fence_regr", c.fencing_regressions as f64),
-        ("errors", (seq.errors + c1.errors + c64.errors) as f64),
+        ("errors", errors),
         ("cpu_client", cpu.client_us),
         ("cpu_masters", cpu.masters_us),
         ("cpu_others", cpu.others_us),
         ("client_util", cpu.client_util),
         ("vcsw", cpu.voluntary_switches),
-    ]))
+    ]);
+    let mut failures = seq.errors;
+    failures.merge(c1.errors);
+    failures.merge(c64.errors);
+    Ok((figures, failures))
 }
 
-/// quorumlock with one group's master killed, then etcd with its leader killed, each a third
-/// of the way into a phase of lock+release cycles.
+/// quorumlock with group 0's master killed, then etcd with its leader killed, then (in
+/// acknowledged mode, once group 0 has its replica again) quorumlock with group 1's master
+/// killed; each kill a third of the way into a phase of lock+release cycles.
 async fn failover(
     lab: &mut ConnectedLab,
     options: &Options,
@@ -128,7 +144,7 @@ async fn failover(
     let quorum = running.finish().await;
     eprint!(
         " — longest gap {:.0} ms, {} failed",
-        quorum.longest_gap_ms, quorum.failed
+        quorum.longest_gap_ms, quorum.failed.count
     );
     results.insert(LibraryKind::Quorum, quorum);
     eprint!("; etcd (killing the leader)");
@@ -139,8 +155,27 @@ async fn failover(
     let etcd = running.finish().await;
     eprintln!(
         " ({killed}) — longest gap {:.0} ms, {} failed",
-        etcd.longest_gap_ms, etcd.failed
+        etcd.longest_gap_ms, etcd.failed.count
     );
     results.insert(LibraryKind::Etcd, etcd);
+    let Some(library) = lab.quorum_acked.clone() else {
+        return Ok(());
+    };
+    // Group 0 lost its replica with the first kill: in acknowledged mode it does not vote
+    // until the old master is back as its replica, so this phase starts with all five.
+    let back = lab.rejoin_acknowledged(0).await?;
+    eprint!(
+        "failover: quorumlock-acked (group 0 voting again {:.1} s after its restart; killing group 1's master)",
+        back.as_secs_f64()
+    );
+    let running = workloads::start_failover(&library, &format!("{run}:failover:qa"), phase);
+    tokio::time::sleep(kill_at).await;
+    lab.kill_master(1).await?;
+    let acked = running.finish().await;
+    eprintln!(
+        " — longest gap {:.0} ms, {} failed",
+        acked.longest_gap_ms, acked.failed.count
+    );
+    results.insert(LibraryKind::QuorumAcked, acked);
     Ok(())
 }

@@ -1,5 +1,6 @@
-//! The four libraries behind one face: quorumlock, rslock, the floor (`floor.rs`) and etcd
-//! (`etcd.rs`).
+//! The libraries behind one face: quorumlock, rslock, the floor (`floor.rs`) and etcd
+//! (`etcd.rs`), and in the product's shape quorumlock in acknowledged mode (`lab.rs` admits
+//! it under its own key prefix): the same client calls, every grant confirmed by `WAIT`.
 //!
 //! Without contention every library makes one try: quorumlock `acquire(..).ttl(..)` (no
 //! wait), rslock `LockManager::lock` (its up-to-3 tries; the first succeeds on a free
@@ -33,6 +34,9 @@ const ETCD_TRY_LIMIT: Duration = Duration::from_secs(2);
 pub enum LibraryKind {
     #[value(name = "quorumlock")]
     Quorum,
+    /// quorumlock under a key prefix whose masters run acknowledged mode.
+    #[value(name = "quorumlock-acked")]
+    QuorumAcked,
     #[value(name = "rslock")]
     Rs,
     #[value(name = "floor")]
@@ -45,6 +49,7 @@ impl LibraryKind {
     pub fn name(self) -> &'static str {
         match self {
             LibraryKind::Quorum => "quorumlock",
+            LibraryKind::QuorumAcked => "quorumlock-acked",
             LibraryKind::Rs => "rslock",
             LibraryKind::Floor => "floor",
             LibraryKind::Etcd => "etcd",
@@ -56,6 +61,7 @@ impl LibraryKind {
 #[derive(Clone)]
 pub enum Library {
     Quorum(Locks),
+    QuorumAcked(Locks),
     Rs(LockManager),
     Floor(Arc<Floor>),
     Etcd(Arc<EtcdLocks>),
@@ -84,6 +90,7 @@ impl Library {
     pub fn kind(&self) -> LibraryKind {
         match self {
             Library::Quorum(_) => LibraryKind::Quorum,
+            Library::QuorumAcked(_) => LibraryKind::QuorumAcked,
             Library::Rs(_) => LibraryKind::Rs,
             Library::Floor(_) => LibraryKind::Floor,
             Library::Etcd(_) => LibraryKind::Etcd,
@@ -94,12 +101,12 @@ impl Library {
     /// `lock`, its up-to-3 tries — on a free resource both succeed at the first try).
     pub async fn try_acquire(&self, resource: &str) -> Result<HeldLock, String> {
         match self {
-            Library::Quorum(locks) => {
+            Library::Quorum(locks) | Library::QuorumAcked(locks) => {
                 let lease = locks
                     .acquire(resource)
                     .ttl(TTL)
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| quorum_error(&e, resource))?;
                 Ok(quorum_held(lease))
             }
             Library::Rs(manager) => {
@@ -131,11 +138,13 @@ impl Library {
                 return None;
             }
             match self {
-                Library::Quorum(locks) => match locks.acquire(resource).ttl(TTL).wait(left).await {
-                    Ok(lease) => return Some(quorum_held(lease)),
-                    Err(quorumlock::Error::Held { .. }) => {}
-                    Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
-                },
+                Library::Quorum(locks) | Library::QuorumAcked(locks) => {
+                    match locks.acquire(resource).ttl(TTL).wait(left).await {
+                        Ok(lease) => return Some(quorum_held(lease)),
+                        Err(quorumlock::Error::Held { .. }) => {}
+                        Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
+                }
                 // `acquire` loops until it gets the lock; the phase's end cuts it off.
                 Library::Rs(manager) => match tokio::time::timeout(
                     left,
@@ -164,7 +173,12 @@ impl Library {
     pub async fn release(&self, held: HeldLock) -> Result<(), String> {
         match (self, held.handle) {
             (_, LockHandle::Quorum(lease)) => {
-                lease.release().await.map(|_| ()).map_err(|e| e.to_string())
+                let resource = lease.resource().to_string();
+                lease
+                    .release()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| quorum_error(&e, &resource))
             }
             // Best effort by design: rslock's unlock reports nothing.
             (Library::Rs(manager), LockHandle::Rs(lock)) => {
@@ -183,13 +197,30 @@ impl Library {
     /// Closes the library's connections, where it has a way to.
     pub async fn close(self) {
         match self {
-            Library::Quorum(locks) => locks.close().await,
+            Library::Quorum(locks) | Library::QuorumAcked(locks) => locks.close().await,
             // rslock has no close; dropping the manager drops its connections.
             Library::Rs(manager) => drop(manager),
             Library::Floor(floor) => floor.close().await,
             Library::Etcd(etcd) => etcd.close().await,
         }
     }
+}
+
+/// A quorumlock error with the votes that were not grants, the resource's name left out so
+/// that the same failure on many resources reads as one message.
+fn quorum_error(error: &quorumlock::Error, resource: &str) -> String {
+    let votes: Vec<String> = error
+        .votes()
+        .iter()
+        .filter(|v| v.vote != quorumlock::Vote::Granted)
+        .map(|v| format!("{} {:?}", v.group, v.vote))
+        .collect();
+    let message = if votes.is_empty() {
+        error.to_string()
+    } else {
+        format!("{error} [votes: {}]", votes.join("; "))
+    };
+    message.replace(resource, "<resource>")
 }
 
 fn quorum_held(lease: quorumlock::Lease) -> HeldLock {

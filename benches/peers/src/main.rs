@@ -6,7 +6,9 @@
 //! quorumlock's fencing, admission check and batching. A fourth, etcd (`etcd.rs`, on a
 //! 3-member cluster from `etcd_cluster.rs`), is what users pick for a majority-backed lock
 //! with a fencing token; in the product's shape a failover phase kills one of quorumlock's
-//! masters and etcd's leader.
+//! masters and etcd's leader. In that shape quorumlock also runs in acknowledged mode
+//! (`quorumlock-acked`, its own key prefix on the same masters), so that the report gives
+//! what waiting for the replicas costs, measured beside the default mode in the same run.
 //!
 //! The same workloads (`workloads.rs`) run for every library (`libraries.rs`), interleaved
 //! round by round (`comparison.rs`), and every figure is the median over the rounds
@@ -77,7 +79,7 @@ async fn compare(options: &Options) -> Result<(), String> {
     let mut report = String::new();
     let _ = writeln!(
         report,
-        "quorumlock vs rslock 0.10 vs the floor vs etcd (etcd-client 0.21) — {} rounds; per round: {} sequential acquires, {:.1} s at concurrency 1, \
+        "quorumlock (and, on the sentinel shape, quorumlock-acked) vs rslock 0.10 vs the floor vs etcd (etcd-client 0.21) — {} rounds; per round: {} sequential acquires, {:.1} s at concurrency 1, \
          {:.1} s at concurrency 64, {:.1} s contention; {} runtime, {} worker threads on {} cores",
         options.rounds,
         options.samples,

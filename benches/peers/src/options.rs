@@ -6,7 +6,8 @@ use clap::{Parser, ValueEnum};
 
 use crate::libraries::LibraryKind;
 
-/// quorumlock vs rslock vs a bare Redlock (the floor) vs etcd, side by side on one local lab.
+/// quorumlock (both modes) vs rslock vs a bare Redlock (the floor) vs etcd, side by side on
+/// one local lab.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "quorumlock-peers")]
 // A flag given twice keeps its last value, as the hand-written parser did.
@@ -40,8 +41,9 @@ pub struct Options {
     #[arg(long = "contend-secs", value_name = "S", default_value = "2", value_parser = seconds)]
     pub contend: Duration,
 
-    /// Seconds of the failover phase (product shape only): quorumlock, then etcd, 16 tasks
-    /// cycling; a third of the way in, one group's master or etcd's leader is killed.
+    /// Seconds of the failover phase (product shape only): quorumlock, then etcd, then
+    /// quorumlock-acked, 16 tasks cycling; a third of the way in, one group's master or etcd's
+    /// leader is killed.
     #[arg(long = "failover-secs", value_name = "S", default_value = "9", value_parser = seconds)]
     pub failover: Duration,
 
@@ -177,6 +179,8 @@ mod tests {
         assert_eq!(options.profile_secs, Duration::from_millis(500));
         let plain = parse(&["--profile", "floor", "--shape", "plain"])?;
         assert_eq!(plain.profile_shape(), Shape::Plain);
+        let acked = parse(&["--profile", "quorumlock-acked"])?;
+        assert_eq!(acked.profile, Some(LibraryKind::QuorumAcked));
         Ok(())
     }
 

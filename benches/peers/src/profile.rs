@@ -10,7 +10,14 @@ use crate::workloads;
 pub async fn profile(kind: LibraryKind, options: &Options) -> Result<(), BoxError> {
     let shape = options.profile_shape();
     let lab = ConnectedLab::start(shape).await?;
-    let library = lab.library(kind);
+    let Some(library) = lab.library(kind) else {
+        lab.stop().await;
+        return Err(format!(
+            "{} runs only on the sentinel shape: its masters need replicas",
+            kind.name()
+        )
+        .into());
+    };
     let pids = lab.pids_of(kind);
     let run = format!("peers:profile:{}", std::process::id());
     warm_up(library, &run).await;
@@ -37,7 +44,7 @@ pub async fn profile(kind: LibraryKind, options: &Options) -> Result<(), BoxErro
          replicas+Sentinels {:.1} µs; client {:.2} cores; {:.2} voluntary + {:.2} involuntary context switches",
         kind.name(),
         phase.per_sec,
-        phase.errors,
+        phase.errors.count,
         cpu.client_us,
         cpu.masters_us,
         cpu.others_us,
@@ -45,6 +52,9 @@ pub async fn profile(kind: LibraryKind, options: &Options) -> Result<(), BoxErro
         cpu.voluntary_switches,
         cpu.involuntary_switches
     );
+    for message in &phase.errors.messages {
+        println!("  failed: {message}");
+    }
     lab.stop().await;
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The report: each round's figures by row, and per lab shape a Markdown table of the medians
-//! over the rounds, the ratios to rslock, the floor and etcd, the targets met or not, and the
+//! over the rounds, the ratios to rslock, the floor and etcd, the targets met or not, what
+//! acknowledged mode costs over quorumlock's default mode, the calls that failed, and the
 //! failover figures.
 
 use std::collections::BTreeMap;
@@ -7,7 +8,7 @@ use std::fmt::Write as _;
 
 use crate::libraries::LibraryKind;
 use crate::options::{Options, Shape};
-use crate::workloads::Failover;
+use crate::workloads::{Failover, Failures};
 
 /// Every figure of one library's round, by row key.
 pub type Figures = BTreeMap<&'static str, f64>;
@@ -17,6 +18,9 @@ pub type Results = BTreeMap<LibraryKind, Vec<Figures>>;
 
 /// The failover phase's result of each library that went through it.
 pub type FailoverResults = BTreeMap<LibraryKind, Failover>;
+
+/// The calls that failed in phases 1-2, over every round, of each library.
+pub type FailedCalls = BTreeMap<LibraryKind, Failures>;
 
 struct Row {
     key: &'static str,
@@ -199,20 +203,30 @@ fn ratio(a: f64, b: f64, summed: bool) -> String {
     }
 }
 
-/// The table of one lab shape, followed by the targets.
+/// The table of one lab shape, followed by the targets. quorumlock in acknowledged mode has a
+/// column and a ratio to quorumlock's default mode where it ran.
 pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
     let mut out = String::new();
+    let acked = results.contains_key(&LibraryKind::QuorumAcked);
     let _ = writeln!(
         out,
         "\n### {} — medians of {} rounds\n",
         shape.describe(),
         rounds
     );
+    let (acked_head, acked_ratio_head, acked_rule) = if acked {
+        (" quorumlock-acked |", " ratio acked/q |", "---:|---:|")
+    } else {
+        ("", "", "")
+    };
     let _ = writeln!(
         out,
-        "| figure | quorumlock | rslock | floor | etcd | ratio q/r | ratio floor/r | ratio q/floor | ratio q/etcd | better |"
+        "| figure | quorumlock |{acked_head} rslock | floor | etcd | ratio q/r | ratio floor/r | ratio q/floor | ratio q/etcd |{acked_ratio_head} better |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    let _ = writeln!(
+        out,
+        "|---|---:|{acked_rule}---:|---:|---:|---:|---:|---:|---:|---|"
+    );
     for row in ROWS {
         let pick = |kind: LibraryKind| {
             if row.summed {
@@ -225,6 +239,15 @@ pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
         let r = pick(LibraryKind::Rs);
         let f = pick(LibraryKind::Floor);
         let e = pick(LibraryKind::Etcd);
+        let (acked_cell, acked_ratio) = if acked {
+            let a = pick(LibraryKind::QuorumAcked);
+            (
+                format!(" {} |", format_value(a, row.decimals)),
+                format!(" {} |", ratio(a, q, row.summed)),
+            )
+        } else {
+            (String::new(), String::new())
+        };
         // rslock and the floor have no fencing tokens.
         let without_tokens = |v: f64| {
             if row.key == "fence_regr" {
@@ -241,7 +264,7 @@ pub fn table(shape: Shape, rounds: usize, results: &Results) -> String {
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} |{acked_cell} {} | {} | {} | {} | {} | {} | {} |{acked_ratio} {} |",
             row.label,
             format_value(q, row.decimals),
             without_tokens(r),
@@ -311,8 +334,10 @@ const TARGETS: &[Target] = &[
 /// Each target, met or not; any overlap or fencing regression fails them all.
 fn targets(results: &Results) -> String {
     let mut out = String::new();
-    let faults = sum_of(results, LibraryKind::Quorum, "overlaps")
-        + sum_of(results, LibraryKind::Quorum, "fence_regr")
+    let faults = [LibraryKind::Quorum, LibraryKind::QuorumAcked]
+        .iter()
+        .map(|kind| sum_of(results, *kind, "overlaps") + sum_of(results, *kind, "fence_regr"))
+        .sum::<f64>()
         + sum_of(results, LibraryKind::Etcd, "fence_regr");
     let _ = writeln!(
         out,
@@ -332,6 +357,81 @@ fn targets(results: &Results) -> String {
             "NOT MET"
         };
         let _ = writeln!(out, "- {}: {ratio:.2} x -> {verdict}", target.label);
+    }
+    out
+}
+
+/// The figures acknowledged mode is judged on, against quorumlock's default mode in the same
+/// run: the ratio of the medians, and each round's ratio (both ran in every round, one close
+/// after the other). In the plain shape, why it did not run.
+pub fn acknowledged_cost(shape: Shape, results: &Results) -> String {
+    let mut out = String::new();
+    if !results.contains_key(&LibraryKind::QuorumAcked) {
+        if shape == Shape::Plain {
+            let _ = writeln!(
+                out,
+                "\nquorumlock-acked: not run on this shape; its masters have no replica to acknowledge a grant (admit --acknowledged refuses them)."
+            );
+        }
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "\nAcknowledged mode against the default mode (quorumlock-acked / quorumlock, same run):"
+    );
+    let cases = [
+        ("acquire p50", "acq_p50", " µs", 0),
+        ("acquire p99", "acq_p99", " µs", 0),
+        ("cycles/s at concurrency 1", "c1", "/s", 0),
+        ("cycles/s at concurrency 64", "c64", "/s", 0),
+        ("c64 server CPU per cycle", "cpu_masters", " µs", 1),
+        (
+            "c64 replicas+Sentinels CPU per cycle",
+            "cpu_others",
+            " µs",
+            1,
+        ),
+    ];
+    for (label, key, unit, decimals) in cases {
+        let acked = values(results, LibraryKind::QuorumAcked, key);
+        let default = values(results, LibraryKind::Quorum, key);
+        let per_round: Vec<String> = acked
+            .iter()
+            .zip(&default)
+            .map(|(a, q)| ratio(*a, *q, false))
+            .collect();
+        let (a, q) = (median(acked), median(default));
+        let _ = writeln!(
+            out,
+            "- {label}: {}{unit} vs {}{unit} = {} x (rounds: {})",
+            format_value(a, decimals),
+            format_value(q, decimals),
+            ratio(a, q, false),
+            per_round.join(", ")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "- failed acquires/releases in phases 1-2: {} vs {}",
+        sum_of(results, LibraryKind::QuorumAcked, "errors"),
+        sum_of(results, LibraryKind::Quorum, "errors")
+    );
+    out
+}
+
+/// The calls that failed in phases 1-2, with the first distinct messages; empty when none did.
+pub fn failed_calls(failed: &FailedCalls) -> String {
+    let mut out = String::new();
+    let failing: Vec<_> = failed.iter().filter(|(_, f)| f.count > 0).collect();
+    if failing.is_empty() {
+        return out;
+    }
+    let _ = writeln!(out, "\nFailed calls in phases 1-2 (all rounds):");
+    for (kind, failures) in failing {
+        let _ = writeln!(out, "- {}: {} failed", kind.name(), failures.count);
+        for message in &failures.messages {
+            let _ = writeln!(out, "  - {message}");
+        }
     }
     out
 }
@@ -367,9 +467,14 @@ pub fn failover_table(options: &Options, results: &FailoverResults) -> String {
         format!("{:.0}", f.gap_started_ms)
     }));
     out.push_str(&row("failed calls (acquires and releases)", &|f| {
-        f.failed.to_string()
+        f.failed.count.to_string()
     }));
     out.push_str(&row("successful acquires", &|f| f.acquired.to_string()));
+    for (kind, failover) in results {
+        for message in &failover.failed.messages {
+            let _ = writeln!(out, "- {} failed: {message}", kind.name());
+        }
+    }
     out
 }
 
@@ -378,6 +483,7 @@ fn killed(kind: LibraryKind) -> String {
     match kind {
         LibraryKind::Etcd => "etcd (leader killed)".into(),
         LibraryKind::Quorum => "quorumlock (group 0's master killed)".into(),
+        LibraryKind::QuorumAcked => "quorumlock-acked (group 1's master killed)".into(),
         other => other.name().into(),
     }
 }
@@ -399,5 +505,35 @@ mod tests {
         assert_eq!(ratio(1.0, 2.0, true), "-");
         assert_eq!(ratio(1.0, 0.0, false), "-");
         assert_eq!(ratio(f64::NAN, 2.0, false), "-");
+    }
+
+    fn round_of(p50: f64, c64: f64) -> Figures {
+        Figures::from([("acq_p50", p50), ("c64", c64), ("errors", 0.0)])
+    }
+
+    #[test]
+    fn acknowledged_mode_gets_a_column_and_its_ratio_where_it_ran() {
+        let mut results = Results::new();
+        results.insert(LibraryKind::Quorum, vec![round_of(800.0, 4000.0)]);
+        results.insert(LibraryKind::QuorumAcked, vec![round_of(1000.0, 3000.0)]);
+        let table = table(Shape::Sentinel, 1, &results);
+        let lines: Vec<&str> = table.lines().filter(|l| l.starts_with('|')).collect();
+        let cells = |line: &str| line.matches('|').count();
+        assert!(lines[0].contains("quorumlock-acked") && lines[0].contains("ratio acked/q"));
+        assert!(lines.iter().all(|line| cells(line) == cells(lines[0])));
+        assert!(lines[2].starts_with("| acquire p50 (µs) | 800 | 1000 |"));
+        assert!(lines[2].contains("| 1.25 | lower |"));
+        let cost = acknowledged_cost(Shape::Sentinel, &results);
+        assert!(cost.contains("acquire p50: 1000 µs vs 800 µs = 1.25 x (rounds: 1.25)"));
+        assert!(cost.contains("cycles/s at concurrency 64: 3000/s vs 4000/s = 0.75 x"));
+    }
+
+    #[test]
+    fn the_plain_shape_says_why_acknowledged_mode_did_not_run() {
+        let mut results = Results::new();
+        results.insert(LibraryKind::Quorum, vec![round_of(800.0, 4000.0)]);
+        let table = table(Shape::Plain, 1, &results);
+        assert!(!table.contains("acked"));
+        assert!(acknowledged_cost(Shape::Plain, &results).contains("not run on this shape"));
     }
 }

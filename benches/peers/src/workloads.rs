@@ -6,7 +6,7 @@
 //! 3. contention: 16 workers, one resource, 1 ms hold; every hold is recorded as
 //!    [acquired, released] and checked for overlaps; the longest wait and (quorumlock only)
 //!    the acquire attempts per acquisition are reported;
-//! 4. failover (quorumlock and etcd, once per run): `FAILOVER_WORKERS` tasks cycle
+//! 4. failover (quorumlock in both modes and etcd, once per run): `FAILOVER_WORKERS` tasks cycle
 //!    lock+release on their own resources while a server is killed; the longest time with no
 //!    successful acquire and the failed calls are reported.
 
@@ -25,12 +25,40 @@ const HOLD: Duration = Duration::from_millis(1);
 /// Tasks cycling through the failover phase, each on its own resource.
 const FAILOVER_WORKERS: usize = 16;
 
+/// Distinct failure messages kept per phase: enough to say what failed, not a log.
+const KEPT_MESSAGES: usize = 4;
+
+/// Failed calls: how many, and the first few distinct messages.
+#[derive(Debug, Clone, Default)]
+pub struct Failures {
+    pub count: u64,
+    pub messages: Vec<String>,
+}
+
+impl Failures {
+    pub fn record(&mut self, message: String) {
+        self.count += 1;
+        if self.messages.len() < KEPT_MESSAGES && !self.messages.contains(&message) {
+            self.messages.push(message);
+        }
+    }
+
+    pub fn merge(&mut self, other: Failures) {
+        self.count += other.count;
+        for message in other.messages {
+            if self.messages.len() < KEPT_MESSAGES && !self.messages.contains(&message) {
+                self.messages.push(message);
+            }
+        }
+    }
+}
+
 /// Workload 1's result.
 pub struct Latency {
     pub p50_us: f64,
     pub p99_us: f64,
     /// Failed acquires and releases.
-    pub errors: u64,
+    pub errors: Failures,
     /// CPU per acquire+release.
     pub cpu: CpuPerCycle,
 }
@@ -39,7 +67,7 @@ pub struct Latency {
 pub struct Throughput {
     pub per_sec: f64,
     /// Failed acquires and releases.
-    pub errors: u64,
+    pub errors: Failures,
     pub cpu: CpuPerCycle,
 }
 
@@ -71,7 +99,7 @@ pub async fn sequential(
     pids: &LabPids,
 ) -> Result<Latency, hdrhistogram::CreationError> {
     let mut acquired = histogram()?;
-    let mut errors = 0;
+    let mut errors = Failures::default();
     let before = CpuSnapshot::take(pids);
     let started_all = Instant::now();
     for _ in 0..samples {
@@ -79,11 +107,11 @@ pub async fn sequential(
         match library.try_acquire(resource).await {
             Ok(held) => {
                 acquired.saturating_record(micros(started.elapsed()));
-                if library.release(held).await.is_err() {
-                    errors += 1;
+                if let Err(message) = library.release(held).await {
+                    errors.record(message);
                 }
             }
-            Err(_) => errors += 1,
+            Err(message) => errors.record(message),
         }
     }
     let cpu = CpuPerCycle::between(
@@ -123,25 +151,25 @@ pub async fn cycles(
         .map(|task| {
             let (library, resource) = (library.clone(), format!("{prefix}:{task}"));
             tokio::spawn(async move {
-                let (mut done, mut errors) = (0u64, 0u64);
+                let (mut done, mut errors) = (0u64, Failures::default());
                 while Instant::now() < deadline {
                     match library.try_acquire(&resource).await {
                         Ok(held) => match library.release(held).await {
                             Ok(()) => done += 1,
-                            Err(_) => errors += 1,
+                            Err(message) => errors.record(message),
                         },
-                        Err(_) => errors += 1,
+                        Err(message) => errors.record(message),
                     }
                 }
                 (done, errors)
             })
         })
         .collect();
-    let (mut done, mut errors) = (0, 0);
+    let (mut done, mut errors) = (0, Failures::default());
     for task in tasks {
         if let Ok((d, e)) = task.await {
             done += d;
-            errors += e;
+            errors.merge(e);
         }
     }
     let wall = started.elapsed();
@@ -259,7 +287,7 @@ pub struct Failover {
     /// The longest stretch of the phase with no successful acquire by any task.
     pub longest_gap_ms: f64,
     /// Failed acquires and releases.
-    pub failed: u64,
+    pub failed: Failures,
     /// Successful acquires.
     pub acquired: usize,
     /// When the longest gap began, from the start of the phase.
@@ -270,7 +298,7 @@ pub struct Failover {
 #[derive(Default)]
 struct FailoverLog {
     acquired: Vec<Instant>,
-    failed: u64,
+    failed: Failures,
 }
 
 /// Workload 4, running: the tasks cycle while the caller kills a server.
@@ -294,12 +322,12 @@ pub fn start_failover(library: &Library, prefix: &str, phase: Duration) -> Runni
                     match library.try_acquire(&resource).await {
                         Ok(held) => {
                             log.acquired.push(Instant::now());
-                            if library.release(held).await.is_err() {
-                                log.failed += 1;
+                            if let Err(message) = library.release(held).await {
+                                log.failed.record(message);
                             }
                         }
-                        Err(_) => {
-                            log.failed += 1;
+                        Err(message) => {
+                            log.failed.record(message);
                             // A failing call may fail at once; do not spin on it.
                             tokio::time::sleep(Duration::from_millis(1)).await;
                         }
@@ -321,11 +349,11 @@ impl RunningFailover {
     /// phase's start and end counting as bounds.
     pub async fn finish(self) -> Failover {
         let mut times = vec![self.started];
-        let mut failed = 0;
+        let mut failed = Failures::default();
         for task in self.tasks {
             if let Ok(log) = task.await {
                 times.extend(log.acquired);
-                failed += log.failed;
+                failed.merge(log.failed);
             }
         }
         let acquired = times.len() - 1;
