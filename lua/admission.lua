@@ -20,7 +20,8 @@
 -- record (<prefix>:policy:acked = {history, since, vote_from}). A promoted replica whose
 -- previous history (master_replid2) is the record's takes the record over as its marker and
 -- votes when its old master would have, at once in the usual case. Any other new history (a
--- restart empty, a replica that restarted or missed the record) sits out as above.
+-- restart empty, a replica that restarted or missed the record) sits out as above. A record
+-- marked revoked (admit.lua, on the way out of the mode) is taken over by no one.
 -- admission(marker, policy) answers nil when the master may vote, else the reply that
 -- refuses the vote: {3, ms_left} quarantined, {4} no policy, or {6, maxmemory_policy}. It
 -- sets policy_max_ttl, the longest TTL the master grants, policy_window and policy_acked.
@@ -56,8 +57,9 @@ end
 -- to sit out under the record of the history it was a replica in, which it writes as its
 -- own marker; nil when the record is of another history, or missing.
 local function takeover(marker, policy_key, history)
-  local record = redis.call('HMGET', policy_key .. ':acked', 'history', 'since', 'vote_from')
-  if not record[1] or record[1] ~= info_field(info_reply, 'master_replid2') then
+  local record = redis.call('HMGET', policy_key .. ':acked', 'history', 'since', 'vote_from',
+    'revoked')
+  if not record[1] or record[1] ~= info_field(info_reply, 'master_replid2') or record[4] then
     return nil
   end
   local since = tonumber(record[2])
@@ -110,14 +112,13 @@ local function admission_of(marker, policy_key)
   if eviction then
     return {6, eviction}
   end
-  local policy = redis.call('HMGET', policy_key, 'max_ttl_ms', 'write_window_ms', 'acked_replicas')
-  policy_max_ttl = tonumber(policy[1])
+  local window
+  policy_max_ttl, window, policy_acked = read_policy(policy_key)
   if not policy_max_ttl then
+    policy_window, policy_acked = 0, 0
     return {4}
   end
-  local window = tonumber(policy[2]) or 0
   policy_window = window
-  policy_acked = tonumber(policy[3]) or 0
   local history = info_field(info_reply, 'master_replid')
   if not now then
     local clock = redis.call('TIME')

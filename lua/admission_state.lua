@@ -10,10 +10,8 @@ local eviction = eviction_policy(info) or ''
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local admitted = redis.call('HMGET', KEYS[1], 'history', 'vote_from', 'since')
-local policy = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms', 'acked_replicas')
-local max_ttl = tonumber(policy[1]) or -1
-local window = tonumber(policy[2]) or 0
-local acked = tonumber(policy[3]) or 0
+local max_ttl, window, acked = read_policy(KEYS[2])
+max_ttl = max_ttl or -1
 if admitted[1] ~= history then
   return {0, 0, max_ttl, window, eviction, acked}
 end

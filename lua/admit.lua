@@ -4,21 +4,24 @@
 -- held a lock, and for raising the policy; never admit at once a master that may have missed
 -- grants. The policy is replicated; the marker is not (see admission.lua).
 -- The acknowledged mode is set, not raised: ARGV[5] is the number of replicas the master
--- has (0 turns the mode off), or empty to keep the mode as it is. Off, the record goes: a
--- record kept through votes that were not acknowledged would let a replica promoted later
--- take over an admission it cannot back (admission.lua).
+-- has (0 turns the mode off), or empty to keep the mode as it is.
+-- Leaving the mode takes two calls. Until every replica holds the record marked revoked, a
+-- replica promoted after votes that were not acknowledged could take the record over and
+-- vote without them (admission.lua). So the first call marks the record revoked and keeps
+-- the mode on; the engine waits for every replica (WAIT) and then calls again with
+-- ARGV[6] = 'revoked', which turns the mode off and deletes the record.
 -- KEYS: admission marker, policy   ARGV: max_ttl_ms, write_window_ms, delay_ms, forced (1/0),
---       acked_replicas (or '')
--- Returns {history, max_ttl_ms, write_window_ms, ms until it votes, acked_replicas}.
-local current = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms', 'acked_replicas')
-local had_policy = tonumber(current[1]) ~= nil
-local max_ttl = math.max(tonumber(current[1]) or 0, tonumber(ARGV[1]))
-local window = math.max(tonumber(current[2]) or 0, tonumber(ARGV[2]))
-local acked = tonumber(ARGV[5] or '') or tonumber(current[3]) or 0
-redis.call('HSET', KEYS[2], 'max_ttl_ms', max_ttl, 'write_window_ms', window, 'acked_replicas', acked)
-if acked == 0 then
-  redis.call('DEL', KEYS[2] .. ':acked')
-end
+--       acked_replicas (or ''), 'revoked' once the replicas hold the revocation (or '')
+-- (info.lua and policy_fields.lua are prepended.)
+-- Returns {history, max_ttl_ms, write_window_ms, ms until it votes, acked_replicas,
+--          1 when the mode waits for its replicas to hold the revocation, else 0}.
+local current_ttl, current_window, current_acked = read_policy(KEYS[2])
+local had_policy = current_ttl ~= nil
+local max_ttl = math.max(current_ttl or 0, tonumber(ARGV[1]))
+local window = math.max(current_window, tonumber(ARGV[2]))
+local acked = tonumber(ARGV[5] or '') or current_acked
+local record = KEYS[2] .. ':acked'
+local kept_record = redis.call('HMGET', record, 'history', 'revoked')
 local history = info_field(redis.call('INFO', 'replication'), 'master_replid')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
@@ -37,6 +40,20 @@ elseif had_policy and ARGV[4] ~= '1' then
   -- quarantine starts now, as at its first vote, whatever the delay asked for.
   since = now
 end
+local leaving = 0
+if acked == 0 and current_acked == 0 then
+  redis.call('DEL', record)
+elseif acked == 0 then
+  if ARGV[6] == 'revoked' and kept_record[2] == '1' then
+    redis.call('DEL', record)
+  else
+    -- The record keeps this history, so a vote in the meantime does not write it anew.
+    redis.call('HSET', record, 'history', history, 'revoked', 1)
+    acked = current_acked
+    leaving = 1
+  end
+end
+write_policy(KEYS[2], max_ttl, window, acked)
 redis.set_repl(redis.REPL_NONE)
 if admitted[1] ~= history then
   -- A ledger belongs to one history (admission.lua): a copy from a full resync would show
@@ -56,9 +73,9 @@ redis.set_repl(redis.REPL_ALL)
 -- never voted: its record is its marker, so a replica promoted in its place votes when it
 -- would. One that voted outside the mode until now gets a record from now: those votes
 -- may be missing on its replicas. One already in the mode keeps its record.
-local was_acked = (tonumber(current[3]) or 0) > 0
-if acked > 0 and not (had_policy and was_acked) then
-  local record = KEYS[2] .. ':acked'
+-- A record revoked on the way out of the mode is written anew from now.
+local record_kept = had_policy and current_acked > 0 and kept_record[2] ~= '1'
+if acked > 0 and leaving == 0 and not record_kept then
   redis.call('DEL', record)
   if not had_policy and since then
     redis.call('HSET', record, 'history', history, 'since', since, 'vote_from', vote_from)
@@ -71,4 +88,4 @@ end
 if since then
   vote_from = math.max(vote_from, since + max_ttl + window)
 end
-return {history, max_ttl, window, math.max(vote_from - now, 0), acked}
+return {history, max_ttl, window, math.max(vote_from - now, 0), acked, leaving}

@@ -7,12 +7,11 @@
 -- (info.lua is prepended.)
 -- KEYS: admission marker, policy   ARGV: none
 -- Returns {1, ms until it votes} | {0} no lock policy: the master does not vote anyway
-local policy = redis.call('HMGET', KEYS[2], 'max_ttl_ms', 'write_window_ms')
-local max_ttl = tonumber(policy[1])
+local max_ttl, window = read_policy(KEYS[2])
 if not max_ttl then
   return {0}
 end
-local quarantine = max_ttl + (tonumber(policy[2]) or 0)
+local quarantine = max_ttl + window
 local history = info_field(redis.call('INFO', 'replication'), 'master_replid')
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)

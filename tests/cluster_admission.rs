@@ -130,3 +130,58 @@ async fn a_cluster_group_with_one_primary_at_min_replicas_max_lag_0_is_refused_n
     );
     locks.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_slot_adopts_a_policy_outside_acknowledged_mode() {
+    // adopt.lua as the engine runs it, answering the first field of its reply only: this
+    // test's RESP reads no arrays.
+    const ADOPT: &str = concat!(
+        "local function adopt()\n",
+        include_str!("../lua/info.lua"),
+        include_str!("../lua/policy_fields.lua"),
+        include_str!("../lua/adopt.lua"),
+        "end\nreturn adopt()[1]\n"
+    );
+    let dir = temp_dir();
+    let lab = start_lab(LabSpec {
+        groups: 1,
+        sentinels: 0,
+        replicas: 0,
+        cluster: Some(ClusterShape { shards: 1 }),
+        ..LabSpec::new(dir.path())
+    })
+    .await;
+    let status = lab.status().await;
+    let primary = port_of(&status, 0, 0, NodeKind::Master);
+    // Slot 0 lost its policy, and the other groups' policy is in acknowledged mode, which a
+    // Cluster group has no way to honour: WAIT there cannot tell which replicas a slot's
+    // promotion may pick. The slot adopts the policy without the mode.
+    let (marker, policy) = (
+        format!("{{{}}}ql:admission", tag_of(0)),
+        format!("{{{}}}ql:policy", tag_of(0)),
+    );
+    assert_eq!(
+        call(primary, &["DEL", &policy]).await,
+        Some(Reply::Integer(1)),
+        "slot 0's policy is where the engine puts it"
+    );
+    let adopted = call(
+        primary,
+        &["EVAL", ADOPT, "2", &marker, &policy, "60000", "3000", "1"],
+    )
+    .await;
+    assert_eq!(adopted, Some(Reply::Integer(1)), "slot 0 adopts the policy");
+    assert_eq!(
+        text(primary, &["HGET", &policy, "acked_replicas"])
+            .await
+            .as_deref(),
+        Some("0"),
+        "a Cluster slot adopted acknowledged mode"
+    );
+    assert_eq!(
+        text(primary, &["HGET", &policy, "max_ttl_ms"])
+            .await
+            .as_deref(),
+        Some("60000")
+    );
+}

@@ -24,6 +24,7 @@ const LONG: Duration = Duration::from_secs(30);
 const ACQUIRE_LUA: &str = concat!(
     include_str!("../lua/holder.lua"),
     include_str!("../lua/info.lua"),
+    include_str!("../lua/policy_fields.lua"),
     include_str!("../lua/admission.lua"),
     include_str!("../lua/acquire.lua")
 );

@@ -418,6 +418,7 @@ async fn an_acknowledged_master_refuses_a_vote_whose_client_waits_for_no_replica
     const ACQUIRE: &str = concat!(
         include_str!("../lua/holder.lua"),
         include_str!("../lua/info.lua"),
+        include_str!("../lua/policy_fields.lua"),
         include_str!("../lua/admission.lua"),
         include_str!("../lua/acquire.lua")
     );
@@ -449,4 +450,105 @@ async fn an_acknowledged_master_refuses_a_vote_whose_client_waits_for_no_replica
         assert!(reply.contains("Integer(9)"), "{reply}");
     }
     assert_eq!(fx.value_on(0, &lock).await, None);
+}
+
+/// The lab node of `kind` in group `group` (0-based).
+async fn node_of(
+    fx: &common::Fixture,
+    kind: quorumlock::lab::NodeKind,
+    group: usize,
+) -> quorumlock::lab::NodeStatus {
+    fx.lab
+        .status()
+        .await
+        .into_iter()
+        .find(|node| node.kind == kind && node.group == Some(group))
+        .expect("the lab has that node")
+}
+
+/// One field of the policy hash on the node at `port`.
+async fn policy_field(port: u16, field: &str) -> common::resp::Reply {
+    common::resp::call(port, &["HGET", "ql:policy", field])
+        .await
+        .expect("the node answers")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_acknowledged_mode_a_client_that_knows_no_mode_finds_no_policy_to_vote_under() {
+    let fx = acknowledged_lab().await;
+    // A client from before the mode reads the TTL from max_ttl_ms only, and would grant
+    // without waiting for the replicas. Finding no policy, it does not vote.
+    let master = node_of(&fx, quorumlock::lab::NodeKind::Master, 0).await;
+    assert_eq!(
+        policy_field(master.port, "max_ttl_ms").await,
+        common::resp::Reply::Nil,
+        "a master in acknowledged mode shows older clients a policy they would vote under"
+    );
+    let lease = fx.locks.acquire("acked").await.expect("this client votes");
+    lease.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_mode_ends_only_once_every_replica_holds_the_revoked_record() {
+    use quorumlock::lab::NodeKind;
+    let fx = acknowledged_lab().await;
+    attempt_votes(&fx.locks, "records").await;
+    let master = node_of(&fx, NodeKind::Master, 0).await;
+    let replica = node_of(&fx, NodeKind::Replica, 0).await;
+    let off = AdmitOptions {
+        groups: vec!["g1".to_string()],
+        acknowledged: Some(false),
+        ..AdmitOptions::new(fx.lab.spec().max_ttl_ms)
+    };
+    // A frozen replica cannot hold the revocation. Promoted later with its master's record,
+    // it would take it over and vote at once, without the grants its master made outside
+    // the mode. So the mode stays on.
+    // SAFETY: kill(2) on the PID of a replica this test's lab started.
+    assert_eq!(unsafe { libc::kill(replica.pid as i32, libc::SIGSTOP) }, 0);
+    let refused = fx.locks.admit(&off).await;
+    // SAFETY: as above.
+    unsafe { libc::kill(replica.pid as i32, libc::SIGCONT) };
+    let refused = refused.expect("admit answers");
+    let why = refused[0].error.clone().unwrap_or_default();
+    assert!(
+        why.contains("confirmed the end of acknowledged mode"),
+        "the mode ended while a replica could not hold its end: {refused:?}"
+    );
+    assert_eq!(
+        policy_field(master.port, "acked_replicas").await,
+        common::resp::Reply::Text("1".to_string()),
+        "the mode is off on the master"
+    );
+    // The replica back, it holds the revoked record, the mode ends, and no node keeps a
+    // record to take over. Until the resumed replica reports its offset, the master may
+    // refuse writes (min-replicas-max-lag): admit is tried again then.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            common::resp::call(replica.port, &["HGET", "ql:policy:acked", "revoked"]).await
+                == Some(common::resp::Reply::Text("1".to_string()))
+        })
+        .await,
+        "the replica never got the revoked record"
+    );
+    let ended = common::poll_until(Duration::from_secs(10), || async {
+        let admitted = fx.locks.admit(&off).await.expect("admit answers");
+        admitted[0].error.is_none().then_some(admitted)
+    })
+    .await;
+    assert!(
+        ended.is_some(),
+        "the mode never ended with every replica up"
+    );
+    assert_eq!(
+        policy_field(master.port, "acked_replicas").await,
+        common::resp::Reply::Text("0".to_string())
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            common::resp::call(replica.port, &["EXISTS", "ql:policy:acked"]).await
+                == Some(common::resp::Reply::Integer(0))
+        })
+        .await,
+        "the replica keeps the record"
+    );
 }

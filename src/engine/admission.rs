@@ -323,6 +323,8 @@ impl Locks {
                     Value::from(millis(options.delay).to_string()),
                     Value::from(if options.force { "1" } else { "0" }),
                     Value::from(acked.map(|n| n.to_string()).unwrap_or_default()),
+                    // Set to `revoked` once the replicas hold the end of acknowledged mode.
+                    Value::from(""),
                 ];
                 if !options.force && !covered && !group_has_policy(group, policy_name).await {
                     if none_held && silent > 0 {
@@ -350,37 +352,35 @@ impl Locks {
                 }
                 // Once on a master; once per slot in a Cluster group, which votes from when
                 // its last slot does.
+                let connection = group.connection_ids();
                 let replies = group
-                    .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Admit, keys, args)
+                    .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Admit, keys.clone(), args.clone())
                     .await;
-                let mut admitted: Option<(Policy, u64)> = None;
-                for reply in replies {
-                    let (policy, votes_in_ms) = match reply {
-                        Reply::Answer(values) => match (
-                            parse_policy(values.get(1..3).unwrap_or(&[])),
-                            integer(values.get(3)),
-                        ) {
-                            (Some(policy), Some(votes_in_ms)) => (
-                                Policy {
-                                    acked_replicas: integer(values.get(4))
-                                        .and_then(|n| u32::try_from(n).ok())
-                                        .unwrap_or(0),
-                                    ..policy
-                                },
-                                votes_in_ms,
-                            ),
-                            _ => return refused(format!("unexpected admit reply {values:?}")),
-                        },
-                        other => return refused(describe(&other)),
-                    };
-                    admitted = Some(match admitted {
-                        None => (policy, votes_in_ms),
-                        Some((seen, latest)) => (seen.merge(policy), latest.max(votes_in_ms)),
-                    });
-                }
-                let Some((policy, votes_in_ms)) = admitted else {
-                    return refused("no answer to the admission".to_string());
+                let (mut policy, mut votes_in_ms, leaving) = match read_admission(replies) {
+                    Ok(admitted) => admitted,
+                    Err(error) => return refused(error),
                 };
+                if leaving {
+                    // The mode ends only once every replica holds the revoked record
+                    // (lua/admit.lua).
+                    if let Err(error) =
+                        confirm_revocation(group, policy.acked_replicas, &connection).await
+                    {
+                        return refused(error);
+                    }
+                    let mut args = args;
+                    args[5] = Value::from("revoked");
+                    let replies = group
+                        .eval_group::<Vec<Value>>(Every::Slot, GroupScript::Admit, keys, args)
+                        .await;
+                    (policy, votes_in_ms) = match read_admission(replies) {
+                        Ok((policy, votes_in_ms, false)) => (policy, votes_in_ms),
+                        Ok(_) => return refused(
+                            "the record of acknowledged mode changed while the mode was ending (a failover?): it stays on; run admit again".to_string(),
+                        ),
+                        Err(error) => return refused(error),
+                    };
+                }
                 let replicas = group.wait_for_replicas(REPLICA_WAIT).await;
                 tracing::info!(
                     group = group.name,
@@ -405,6 +405,72 @@ impl Locks {
             }
         });
         Ok(futures::future::join_all(admissions).await)
+    }
+}
+
+/// The policy now in force, the ms until the master votes (the latest over a Cluster group's
+/// slots), and whether acknowledged mode waits for its replicas to hold the revoked record
+/// before it can end: admit.lua's replies, one per master or slot.
+fn read_admission(replies: Vec<Reply<Vec<Value>>>) -> Result<(Policy, u64, bool), String> {
+    let mut admitted: Option<(Policy, u64, bool)> = None;
+    for reply in replies {
+        let values = match reply {
+            Reply::Answer(values) => values,
+            other => return Err(describe(&other)),
+        };
+        let (Some(policy), Some(votes_in_ms)) = (
+            parse_policy(values.get(1..3).unwrap_or(&[])),
+            integer(values.get(3)),
+        ) else {
+            return Err(format!("unexpected admit reply {values:?}"));
+        };
+        let policy = Policy {
+            acked_replicas: integer(values.get(4))
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0),
+            ..policy
+        };
+        let leaving = integer(values.get(5)) == Some(1);
+        admitted = Some(match admitted {
+            None => (policy, votes_in_ms, leaving),
+            Some((seen, latest, was_leaving)) => (
+                seen.merge(policy),
+                latest.max(votes_in_ms),
+                was_leaving || leaving,
+            ),
+        });
+    }
+    admitted.ok_or_else(|| "no answer to the admission".to_string())
+}
+
+/// Waits until every replica of `group`'s master holds the revoked record of acknowledged
+/// mode, written on `connection`: `WAIT` counts only its own connection's writes, so a
+/// reconnect in between proves nothing. A replica that missed the revocation could be
+/// promoted, take the record over and vote at once without the grants that, outside the
+/// mode, its master no longer waits for.
+async fn confirm_revocation(
+    group: &crate::group::Group,
+    replicas: u32,
+    connection: &std::collections::HashMap<fred::types::config::Server, i64>,
+) -> Result<(), String> {
+    let acks = group.wait_for_replicas(REPLICA_WAIT).await;
+    let moved = !crate::group::batch::same_connection(connection, &group.connection_ids());
+    match acks {
+        _ if moved => Err(
+            "the connection to the master changed before its replicas confirmed the end of acknowledged mode: it stays on; run admit again".to_string(),
+        ),
+        Some((acknowledged, connected))
+            if acknowledged >= u64::from(replicas) && acknowledged == connected =>
+        {
+            Ok(())
+        }
+        Some((acknowledged, connected)) => Err(format!(
+            "{acknowledged} of the master's {connected} connected replicas (its policy names {replicas}) confirmed the end of acknowledged mode within {} ms: it stays on, and a replica promoted now sits out the quarantine; run admit again once every replica is up",
+            REPLICA_WAIT.as_millis()
+        )),
+        None => Err(
+            "WAIT for the replicas to confirm the end of acknowledged mode failed: it stays on; run admit again".to_string(),
+        ),
     }
 }
 

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use fred::clients::WithOptions;
-use fred::interfaces::ServerInterface;
+use fred::interfaces::{ClientInterface, ServerInterface};
 use fred::prelude::Client;
 use fred::types::{Key, Value};
 use tokio::sync::{Notify, oneshot};
@@ -426,11 +426,26 @@ impl Lane {
                 (&*scripts::BATCH, keys.into(), args.into())
             }
         };
+        let connection = votes.then(|| self.timed.connection_ids());
         let reply = eval_script::<Value>(&self.timed, script, &keys, &args, acks).await;
         let reply = match reply {
             Reply::Answer((value, None)) if votes && granted_any(&value, count) => {
                 let acknowledged = self.wait_for(replicas).await;
                 Reply::Answer((value, Some(acknowledged)))
+            }
+            reply => reply,
+        };
+        // WAIT counts the replicas that hold its own connection's writes. After a reconnect
+        // it speaks of another connection, maybe on another master, whose writes the
+        // replicas may hold while the vote's are lost: it does not count then.
+        let reply = match reply {
+            Reply::Answer((value, Some(Ok(_))))
+                if connection.as_ref().is_some_and(|before| {
+                    !same_connection(before, &self.timed.connection_ids())
+                }) =>
+            {
+                let moved = "the connection to the master changed between the vote and its WAIT";
+                Reply::Answer((value, Some(Err(moved.to_string()))))
             }
             reply => reply,
         };
@@ -482,6 +497,15 @@ impl Lane {
             Reply::NotSent(reason) => vec![Reply::NotSent(reason); count],
         }
     }
+}
+
+/// Whether two readings of a client's connections (`CLIENT ID` per server, as fred read it
+/// at connect) name the same one. An empty reading names none: the identity is unknown.
+pub(crate) fn same_connection(
+    before: &std::collections::HashMap<fred::types::config::Server, i64>,
+    after: &std::collections::HashMap<fred::types::config::Server, i64>,
+) -> bool {
+    !before.is_empty() && before == after
 }
 
 impl Lane {

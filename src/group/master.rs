@@ -271,6 +271,12 @@ impl Master {
         }
     }
 
+    /// The connection commands go out on now: `CLIENT ID` per server, as fred read it when
+    /// it connected.
+    pub fn connection_ids(&self) -> std::collections::HashMap<fred::types::config::Server, i64> {
+        fred::interfaces::ClientInterface::connection_ids(&self.client)
+    }
+
     /// Waits, at most `limit`, until every replica connected to the master acknowledged the
     /// writes this client made so far: `(acknowledged, connected)`, or `None` when the master
     /// did not say.

@@ -621,6 +621,15 @@ impl Group {
         }
     }
 
+    /// The connection a master group's commands go out on now (`CLIENT ID` per server, as
+    /// read at connect); empty for a Cluster group.
+    pub fn connection_ids(&self) -> std::collections::HashMap<fred::types::config::Server, i64> {
+        match &self.nodes {
+            Nodes::Master(master) => master.connection_ids(),
+            Nodes::Cluster(_) => std::collections::HashMap::new(),
+        }
+    }
+
     /// Waits, at most `limit`, until every replica connected to the master (to each primary
     /// of a Cluster group) acknowledged the writes this client made so far:
     /// `(acknowledged, connected)`, or `None` when a master did not say.

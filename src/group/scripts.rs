@@ -4,8 +4,8 @@
 //! Each script runs atomically on one master; the engine calls them by SHA and reloads them
 //! when a master answers NOSCRIPT (after a restart, a failover or `SCRIPT FLUSH`). Shared
 //! prologues are prepended at compile time: `holder.lua` (the lock's value) to every script
-//! that reads a lock, `info.lua` to those that read INFO, `admission.lua` to the scripts that
-//! vote. `BATCH` carries acquire,
+//! that reads a lock, `info.lua` to those that read INFO, `policy_fields.lua` to those that
+//! read or write the lock policy, `admission.lua` to the scripts that vote. `BATCH` carries acquire,
 //! release and extend as functions, for the group-commit path (`crate::batch`).
 
 use std::sync::LazyLock;
@@ -22,7 +22,7 @@ macro_rules! lua {
 /// The prologues of a script that votes (the lock's value, INFO, admission), then `files`.
 macro_rules! voting {
     ($($file:literal),*) => {
-        lua!("holder.lua", "info.lua", "admission.lua" $(, $file)*)
+        lua!("holder.lua", "info.lua", "policy_fields.lua", "admission.lua" $(, $file)*)
     };
 }
 
@@ -58,7 +58,7 @@ macro_rules! scripts {
 
 /// Admits a master's current replication history to the vote under a lock policy (bootstrap
 /// of fresh masters, and raising a policy).
-pub(crate) const ADMIT_LUA: &str = lua!("info.lua", "admit.lua");
+pub(crate) const ADMIT_LUA: &str = lua!("info.lua", "policy_fields.lua", "admit.lua");
 
 scripts! {
     /// Grant when admitted, free (or ours) and the fencing proposal is above the stored fence.
@@ -88,22 +88,22 @@ scripts! {
     /// Read-only view of the lock, its owner record and its fence.
     pub(crate) INSPECT = lua!("holder.lua", "inspect.lua");
     /// Read-only view of a master's admission, for health reports.
-    pub(crate) ADMISSION_STATE = lua!("info.lua", "admission_state.lua");
+    pub(crate) ADMISSION_STATE = lua!("info.lua", "policy_fields.lua", "admission_state.lua");
     /// Gives a master that lost its data the policy of a majority of groups.
-    pub(crate) ADOPT = lua!("info.lua", "adopt.lua");
+    pub(crate) ADOPT = lua!("info.lua", "policy_fields.lua", "adopt.lua");
     /// Read-only view of a master's lock policy.
-    pub(crate) POLICY = lua!("policy.lua");
+    pub(crate) POLICY = lua!("policy_fields.lua", "policy.lua");
     /// [`ADMIT_LUA`], run by SHA.
     pub(crate) ADMIT = ADMIT_LUA;
-    ADMIT_EACH_SLOT = each_slot!("info.lua", "admit.lua");
-    ADOPT_EACH_SLOT = each_slot!("info.lua", "adopt.lua");
-    POLICY_EACH_SLOT = each_slot!("policy.lua");
-    ADMISSION_STATE_EACH_SLOT = each_slot!("info.lua", "admission_state.lua");
+    ADMIT_EACH_SLOT = each_slot!("info.lua", "policy_fields.lua", "admit.lua");
+    ADOPT_EACH_SLOT = each_slot!("info.lua", "policy_fields.lua", "adopt.lua");
+    POLICY_EACH_SLOT = each_slot!("policy_fields.lua", "policy.lua");
+    ADMISSION_STATE_EACH_SLOT = each_slot!("info.lua", "policy_fields.lua", "admission_state.lua");
     /// Reads a listing's keys in some slots of one Cluster primary.
     pub(crate) LIST_SLOTS = lua!("list_slots.lua");
     /// Puts a master, or a Cluster slot, back in quarantine (operators).
-    pub(crate) QUARANTINE = lua!("info.lua", "quarantine.lua");
-    QUARANTINE_EACH_SLOT = each_slot!("info.lua", "quarantine.lua");
+    pub(crate) QUARANTINE = lua!("info.lua", "policy_fields.lua", "quarantine.lua");
+    QUARANTINE_EACH_SLOT = each_slot!("info.lua", "policy_fields.lua", "quarantine.lua");
 }
 
 /// A script about a whole group (its admission or policy), run once on a master, or, in a
