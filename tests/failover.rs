@@ -552,3 +552,52 @@ async fn acknowledged_mode_ends_only_once_every_replica_holds_the_revoked_record
         "the replica keeps the record"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_mode_is_refused_while_sentinel_knows_a_replica_the_master_has_not() {
+    use quorumlock::lab::NodeKind;
+    let fx = fixture(
+        |spec| LabSpec {
+            acknowledged: true,
+            replicas: 2,
+            groups: 3,
+            ..spec
+        },
+        |mut topology| {
+            topology.call_timeout_ms = 1_500;
+            topology.replica_ack_timeout_ms = 1_000;
+            topology
+        },
+    )
+    .await;
+    let master = node_of(&fx, NodeKind::Master, 0).await;
+    let replica = node_of(&fx, NodeKind::Replica, 0).await;
+    // SAFETY: kill(2) on the PID of a replica this test's lab started.
+    assert_eq!(unsafe { libc::kill(replica.pid as i32, libc::SIGKILL) }, 0);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            matches!(
+                common::resp::call(master.port, &["INFO", "replication"]).await,
+                Some(common::resp::Reply::Text(info)) if info.contains("connected_slaves:1")
+            )
+        })
+        .await,
+        "the master still lists the dead replica"
+    );
+    // A policy naming one replica would let Sentinel promote the other, once back, though
+    // it never held the votes.
+    let admitted = fx
+        .locks
+        .admit(&AdmitOptions {
+            groups: vec!["g1".to_string()],
+            acknowledged: Some(true),
+            ..AdmitOptions::new(fx.lab.spec().max_ttl_ms)
+        })
+        .await
+        .expect("admit answers");
+    let why = admitted[0].error.clone().unwrap_or_default();
+    assert!(
+        why.contains("knows 2 replicas but the master has 1 connected"),
+        "acknowledged mode was admitted short of a replica Sentinel may promote: {admitted:?}"
+    );
+}

@@ -17,6 +17,7 @@ use crate::engine::locks::{Engine, Locks};
 use crate::engine::protocol::Policy;
 use crate::engine::resource::{admission_key, policy_key};
 use crate::group::cluster::Every;
+use crate::group::diagnose::ask_sentinel_replicas;
 use crate::group::reply::{Reply, integer};
 use crate::group::scripts::{self, GroupScript};
 use crate::group::slots::{HashSlot, SLOTS};
@@ -310,6 +311,14 @@ impl Locks {
                         };
                     }
                 };
+                if let Some(replicas @ 1..) = acked
+                    && let Err(refusal) = sentinels_know_no_other_replica(group, replicas).await
+                {
+                    return GroupAdmission {
+                        refusal: Some(refusal.clone()),
+                        ..refused(refusal.to_string())
+                    };
+                }
                 let asked = Policy {
                     max_ttl_ms: options.max_ttl_ms,
                     write_window_ms,
@@ -406,6 +415,56 @@ impl Locks {
         });
         Ok(futures::future::join_all(admissions).await)
     }
+}
+
+/// Checks that no Sentinel of `group` knows more replicas than the `replicas` its master
+/// has connected, which acknowledged mode's policy would name. Sentinel may promote any
+/// replica it knows once that replica is back, and a vote that replica never held would be
+/// lost. A group no Sentinel watches has nothing to check; one whose Sentinels all fail to
+/// answer is refused.
+async fn sentinels_know_no_other_replica(
+    group: &crate::group::Group,
+    replicas: u32,
+) -> Result<(), AdmitRefusal> {
+    let Some(watched) = group.sentinels() else {
+        return Ok(());
+    };
+    let connected = usize::try_from(replicas).unwrap_or(usize::MAX);
+    let asks = watched.addresses.iter().map(|(host, port)| async move {
+        let sentinel = format!("{host}:{port}");
+        let known = match group.sentinel_config(host, *port) {
+            Some(config) => ask_sentinel_replicas(config, &watched.service)
+                .await
+                .map_err(|error| error.to_string()),
+            None => Err("not a Sentinel-watched group".to_string()),
+        };
+        (sentinel, known)
+    });
+    let answers = futures::future::join_all(asks).await;
+    if let Some((sentinel, known)) = answers
+        .iter()
+        .filter_map(|(sentinel, known)| Some((sentinel, *known.as_ref().ok()?)))
+        .find(|(_, known)| *known > connected)
+    {
+        return Err(AdmitRefusal::ReplicaUnconnected {
+            group: group.name.clone(),
+            sentinel: sentinel.clone(),
+            known,
+            connected,
+        });
+    }
+    if answers.iter().all(|(_, known)| known.is_err()) {
+        let reason = answers
+            .iter()
+            .filter_map(|(sentinel, known)| Some(format!("{sentinel}: {}", known.as_ref().err()?)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(AdmitRefusal::SentinelsUnread {
+            group: group.name.clone(),
+            reason,
+        });
+    }
+    Ok(())
 }
 
 /// The policy now in force, the ms until the master votes (the latest over a Cluster group's

@@ -149,6 +149,22 @@ pub enum AdmitRefusal {
         "{group}: is a Redis Cluster, and acknowledged mode is for Sentinel groups: admit it without --acknowledged"
     )]
     AcknowledgedCluster { group: String },
+    /// A Sentinel knows a replica the master does not have connected: the policy would not
+    /// name it, yet Sentinel may promote it once it is back.
+    #[error(
+        "{group}: Sentinel {sentinel} knows {known} replicas but the master has {connected} connected, and acknowledged mode needs every replica Sentinel may promote to hold each vote: bring the missing replica back and admit again, or remove it for good (SENTINEL RESET on every Sentinel, its data wiped)"
+    )]
+    ReplicaUnconnected {
+        group: String,
+        sentinel: String,
+        known: usize,
+        connected: usize,
+    },
+    /// No Sentinel said which replicas it knows.
+    #[error(
+        "{group}: no Sentinel said which replicas it knows ({reason}), and acknowledged mode needs every replica Sentinel may promote to be connected: check the Sentinels (`quorumlock health`), then admit again"
+    )]
+    SentinelsUnread { group: String, reason: String },
 }
 
 impl From<SetupError> for Error {

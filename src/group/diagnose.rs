@@ -108,6 +108,24 @@ pub(crate) async fn ask_sentinel(config: Config, service: &str) -> Result<String
     asked.await
 }
 
+/// Asks the Sentinel behind `config` how many replicas it knows for `service`, whatever
+/// their state: one that is down now may be promoted once it is back.
+pub(crate) async fn ask_sentinel_replicas(
+    config: Config,
+    service: &str,
+) -> Result<usize, RedisError> {
+    probe(config, |client| async move {
+        let replicas = client
+            .custom::<Vec<Value>, _>(
+                CustomCommand::new_static("SENTINEL", None, false),
+                vec!["replicas", service],
+            )
+            .await?;
+        Ok(replicas.len())
+    })
+    .await
+}
+
 /// Connects a client of its own with `config`, runs `ask` on it within [`PROBE_TIMEOUT`]
 /// (twice that with the connection), and closes it.
 async fn probe<T, Fut>(config: Config, ask: impl FnOnce(Client) -> Fut) -> Result<T, RedisError>
