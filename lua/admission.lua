@@ -175,8 +175,9 @@ local function replicas_online()
   end
   return online, tonumber(info_field(info_reply, 'connected_slaves')) or 0
 end
--- vote_refusal(marker, policy, ttl_ms, acks) is admission's refusal, or in acknowledged mode
--- {9, replicas} when the call does not wait for exactly the policy's replicas (`acks`, what
+-- vote_refusal(marker, policy, ttl_ms, acks) is admission's refusal, or {9, replicas} when
+-- the call does not wait for exactly the policy's replicas (0 outside acknowledged mode), or
+-- in acknowledged mode (`acks`, what
 -- its client will WAIT for) or {10, online, replicas, connected} when the master does not
 -- have exactly those replicas, each in sync; or {5, max_ttl_ms} when the master votes but
 -- ttl_ms is above its policy; or nil when it may grant a lease that long.
@@ -193,6 +194,9 @@ local function vote_refusal(marker, policy_key, ttl_ms, acks)
     if online ~= policy_acked or connected ~= policy_acked then
       return {10, online, policy_acked, connected}
     end
+  elseif (tonumber(acks) or 0) > 0 then
+    -- The mode is off: the client learns to stop waiting for replicas.
+    return {9, 0}
   end
   if tonumber(ttl_ms) > policy_max_ttl then
     return {5, policy_max_ttl}

@@ -601,3 +601,46 @@ async fn acknowledged_mode_is_refused_while_sentinel_knows_a_replica_the_master_
         "acknowledged mode was admitted short of a replica Sentinel may promote: {admitted:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_acknowledged_mode_is_off_a_client_stops_waiting_for_replicas() {
+    use quorumlock::lab::NodeKind;
+    let fx = acknowledged_lab().await;
+    // The client learns the mode from a vote.
+    let lease = fx
+        .locks
+        .acquire("learned")
+        .await
+        .expect("acknowledged grant");
+    lease.release().await.expect("release");
+    let off = AdmitOptions {
+        acknowledged: Some(false),
+        ..AdmitOptions::new(fx.lab.spec().max_ttl_ms)
+    };
+    let ended = common::poll_until(Duration::from_secs(10), || async {
+        let admitted = fx.locks.admit(&off).await.expect("admit answers");
+        admitted.iter().all(|a| a.error.is_none()).then_some(())
+    })
+    .await;
+    assert!(ended.is_some(), "the mode never ended");
+    // Replicas of three groups stop acknowledging. Outside the mode that costs nothing; a
+    // client that still waited for them would count no grant.
+    let mut frozen = Vec::new();
+    for group in 0..3 {
+        frozen.push(node_of(&fx, NodeKind::Replica, group).await.pid);
+    }
+    for pid in &frozen {
+        // SAFETY: kill(2) on a PID of a replica this test's lab started.
+        assert_eq!(unsafe { libc::kill(*pid as i32, libc::SIGSTOP) }, 0);
+    }
+    let granted = fx.locks.acquire("after").await;
+    for pid in &frozen {
+        // SAFETY: as above.
+        unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
+    }
+    granted
+        .expect("a grant outside the mode waits for no replica")
+        .release()
+        .await
+        .expect("release");
+}
