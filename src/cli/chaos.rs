@@ -125,6 +125,28 @@ pub async fn run(
         }
         None => Lab::open(lab_dir)?,
     };
+    announce(args, &options, &lab);
+    let report = tokio::select! {
+        report = run_chaos(&mut lab, &options) => report?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+    };
+    if temporary.is_some() {
+        lab.stop().await?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    Ok(if report.is_safe() {
+        exit::OK
+    } else {
+        exit::FAILURE
+    })
+}
+
+/// Says on stderr what the run does: workers, patterns, faults and the lab's lock policy.
+fn announce(args: &ChaosArgs, options: &ChaosOptions, lab: &Lab) {
     let permit_workers = if options.patterns.contains(&Pattern::Permits) {
         format!(
             ", {} permit workers on {} permits",
@@ -155,23 +177,6 @@ pub async fn run(
         policy.write_window_ms,
         policy.acked_replicas > 0
     );
-    let report = tokio::select! {
-        report = run_chaos(&mut lab, &options) => report?,
-        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
-    };
-    if temporary.is_some() {
-        lab.stop().await?;
-    }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        println!("{}", report.table());
-    }
-    Ok(if report.is_safe() {
-        exit::OK
-    } else {
-        exit::FAILURE
-    })
 }
 
 /// The run's options from the arguments, with the storm's defaults where one is asked for.

@@ -152,9 +152,34 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
         victim.pid,
         victim.port
     );
+    repair(
+        args,
+        &mut lab,
+        &mut failovers,
+        victim.port,
+        (start, deadline),
+        kill_ms,
+    )
+    .await?;
+    for worker in workers {
+        worker.await?;
+    }
+    finish(locks, lab, checker, counters, kill_ms).await
+}
+
+/// Waits for the failover after the kill and brings the old node back, empty, as the new
+/// one's replica (which it needs to take writes under min-replicas-to-write).
+async fn repair(
+    args: &DemoArgs,
+    lab: &mut Lab,
+    failovers: &mut broadcast::Receiver<Failover>,
+    victim_port: u16,
+    (start, deadline): (Instant, Instant),
+    kill_ms: u64,
+) -> anyhow::Result<()> {
     let quarantine_s = lab.spec().policy().quarantine_ms() as f64 / 1000.0;
     if args.cluster {
-        match watch_promotion(&lab, victim.port, deadline).await {
+        match watch_promotion(lab, victim_port, deadline).await {
             Some(promoted) => {
                 let at = start.elapsed();
                 println!(
@@ -175,7 +200,7 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
             }
             None => println!("           no promotion seen before the end of the run"),
         }
-    } else if report_failover(&mut failovers, deadline, start, kill_ms).await {
+    } else if report_failover(failovers, deadline, start, kill_ms).await {
         // With min-replicas-to-write the promoted replica takes writes once it has a
         // replica: the old master, back empty.
         lab.restart(VICTIM).await?;
@@ -188,10 +213,7 @@ async fn contend(args: &DemoArgs, mut lab: Lab) -> anyhow::Result<u8> {
             "           the new master sits out the vote for {quarantine_s} s from its first vote: it may have missed the last grants"
         );
     }
-    for worker in workers {
-        worker.await?;
-    }
-    finish(locks, lab, checker, counters, kill_ms).await
+    Ok(())
 }
 
 /// How often the demo asks a Cluster group for the shard's primary after the kill.

@@ -15,7 +15,7 @@ use super::lease::{LeaseArgs, who_am_i};
 use super::output::{self, duration_ms, or_dash};
 use crate::Error;
 use crate::LockStatus;
-use crate::{Detached, LeaseEnd};
+use crate::{Detached, Lease, LeaseEnd};
 use crate::{Locks, PermitHandle, Released, SemaphoreStatus};
 
 #[derive(Debug, Clone, Args)]
@@ -362,6 +362,25 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
         }
         Err(error) => return Err(error.into()),
     };
+    print_acquired(&lease, args, json)?;
+    if args.hold {
+        return hold(lease, args, json).await;
+    }
+    let Detached {
+        resources, token, ..
+    } = lease.detach();
+    if !json {
+        println!(
+            "release {} with: quorumlock release {} --token {token}",
+            if resources.len() > 1 { "them" } else { "it" },
+            resources.join(" ")
+        );
+    }
+    Ok(exit::OK)
+}
+
+/// Prints what `acquire` got: its token, fencing token and validity.
+fn print_acquired(lease: &Lease, args: &AcquireArgs, json: bool) -> anyhow::Result<()> {
     let expires_at = chrono::DateTime::<chrono::Utc>::from(lease.expires_at()).to_rfc3339();
     let resources = lease.resources().to_vec();
     // A permit's token ends in its slot.
@@ -407,19 +426,12 @@ pub async fn acquire(locks: &Locks, args: &AcquireArgs, json: bool) -> anyhow::R
             duration_ms(lease.validity().as_millis() as u64)
         );
     }
-    if !args.hold {
-        let Detached {
-            resources, token, ..
-        } = lease.detach();
-        if !json {
-            println!(
-                "release {} with: quorumlock release {} --token {token}",
-                if resources.len() > 1 { "them" } else { "it" },
-                resources.join(" ")
-            );
-        }
-        return Ok(exit::OK);
-    }
+    Ok(())
+}
+
+/// `acquire --hold`: keeps the lease, renewed, until Ctrl-C or SIGTERM, then releases it.
+async fn hold(lease: Lease, args: &AcquireArgs, json: bool) -> anyhow::Result<u8> {
+    let resources = lease.resources().to_vec();
     let kept = lease.keepalive();
     if !json {
         println!(

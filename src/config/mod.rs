@@ -300,6 +300,23 @@ impl Topology {
 
     /// Checks every key; secrets may still be unread.
     fn check(&self) -> Result<(), ConfigError> {
+        self.check_limits()?;
+        if self.groups.is_empty() {
+            return Err(invalid(
+                "groups",
+                "at least one [[groups]] entry is needed (five is the usual quorum setup)",
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            // Reading the files now reports a wrong path when the file is loaded, not at the
+            // first connection.
+            tls.client_config()?;
+        }
+        self.check_groups()
+    }
+
+    /// The scalar keys: prefix, timeouts, drift, TTL and hold limits.
+    fn check_limits(&self) -> Result<(), ConfigError> {
         if self.key_prefix.is_empty() || self.key_prefix.chars().any(char::is_control) {
             return Err(invalid(
                 "key_prefix",
@@ -353,17 +370,12 @@ impl Topology {
         if self.max_hold_ms == 0 {
             return Err(invalid("max_hold_ms", "must be above 0"));
         }
-        if self.groups.is_empty() {
-            return Err(invalid(
-                "groups",
-                "at least one [[groups]] entry is needed (five is the usual quorum setup)",
-            ));
-        }
-        if let Some(tls) = &self.tls {
-            // Reading the files now reports a wrong path when the file is loaded, not at the
-            // first connection.
-            tls.client_config()?;
-        }
+        Ok(())
+    }
+
+    /// Every group: its endpoint and secrets, a unique name, and a master no other group
+    /// names.
+    fn check_groups(&self) -> Result<(), ConfigError> {
         let mut names = std::collections::HashSet::new();
         // Two groups behind one master would give it two votes: the groups must be
         // independent. Sentinel services are told apart by (Sentinel, service name), since
@@ -381,28 +393,7 @@ impl Topology {
                     ),
                 ));
             }
-            let (key, seen) = match &endpoint {
-                Endpoint::Direct { host, port } => (
-                    "address",
-                    vec![format!("{}:{port}", host.to_ascii_lowercase())],
-                ),
-                Endpoint::Sentinel { sentinels, service } => (
-                    "service",
-                    sentinels
-                        .iter()
-                        .map(|(host, port)| {
-                            format!("{service}@{}:{port}", host.to_ascii_lowercase())
-                        })
-                        .collect(),
-                ),
-                Endpoint::Cluster { seeds } => (
-                    "cluster",
-                    seeds
-                        .iter()
-                        .map(|(host, port)| format!("{}:{port}", host.to_ascii_lowercase()))
-                        .collect(),
-                ),
-            };
+            let (key, seen) = master_keys(&endpoint);
             for master in seen {
                 if let Some(other) = masters.insert(master, group.name.as_str()) {
                     return Err(invalid(
@@ -567,6 +558,31 @@ fn parse_address(address: &str) -> Result<(String, u16), String> {
         return Err(format!("`{address}` has port 0; expected 1-65535"));
     }
     Ok((host.to_string(), port))
+}
+
+/// How a group names its master for the independence check, and the key that names it: one
+/// `host:port` (lower-cased) per address it may reach the master by.
+fn master_keys(endpoint: &Endpoint) -> (&'static str, Vec<String>) {
+    match endpoint {
+        Endpoint::Direct { host, port } => (
+            "address",
+            vec![format!("{}:{port}", host.to_ascii_lowercase())],
+        ),
+        Endpoint::Sentinel { sentinels, service } => (
+            "service",
+            sentinels
+                .iter()
+                .map(|(host, port)| format!("{service}@{}:{port}", host.to_ascii_lowercase()))
+                .collect(),
+        ),
+        Endpoint::Cluster { seeds } => (
+            "cluster",
+            seeds
+                .iter()
+                .map(|(host, port)| format!("{}:{port}", host.to_ascii_lowercase()))
+                .collect(),
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -304,55 +304,69 @@ impl Lab {
         let ranges = slot_ranges(shape.shards);
         let groups: Vec<usize> = (0..self.state.spec.groups).collect();
         for &group in &groups {
-            let members: Vec<usize> = self.group_indexes(group).collect();
-            for &index in &members {
-                let (Some(shard), NodeKind::Master) =
-                    (self.shard_of(index), self.state.nodes[index].kind)
-                else {
-                    continue;
-                };
-                let Some(&(first, last)) = ranges.get(shard) else {
-                    continue;
-                };
-                // Distinct epochs settle who owns which slots without the cluster having to
-                // resolve a collision first.
-                let epoch = (shard + 1).to_string();
-                self.call_node(
-                    index,
-                    &["CLUSTER", "SET-CONFIG-EPOCH", &epoch],
-                    CONTROL_TIMEOUT,
-                )
-                .await?;
-                let (first, last) = (first.to_string(), last.to_string());
-                self.call_node(
-                    index,
-                    &["CLUSTER", "ADDSLOTSRANGE", &first, &last],
-                    CONTROL_TIMEOUT,
-                )
-                .await?;
-            }
-            let Some((&seed, others)) = members.split_first() else {
-                continue;
-            };
-            for &other in others {
-                let record = &self.state.nodes[other];
-                let port = record.port.to_string();
-                let bus = record
-                    .cluster
-                    .as_ref()
-                    .map_or(0, |cluster| cluster.bus_port)
-                    .to_string();
-                self.call_node(
-                    seed,
-                    &["CLUSTER", "MEET", "127.0.0.1", &port, &bus],
-                    CONTROL_TIMEOUT,
-                )
-                .await?;
-            }
+            self.assign_and_meet(group, &ranges).await?;
         }
         // A replica can follow only a primary it already knows.
         self.wait_agreement(&groups, &Agreement::Joined, deadline)
             .await?;
+        self.make_replicas().await?;
+        self.wait_agreement(&groups, &Agreement::Formed, deadline)
+            .await
+    }
+
+    /// Gives each primary of `group` its epoch and its range of slots, and has the group's
+    /// first node meet every other.
+    async fn assign_and_meet(&self, group: usize, ranges: &[(u16, u16)]) -> Result<(), LabError> {
+        let members: Vec<usize> = self.group_indexes(group).collect();
+        for &index in &members {
+            let (Some(shard), NodeKind::Master) =
+                (self.shard_of(index), self.state.nodes[index].kind)
+            else {
+                continue;
+            };
+            let Some(&(first, last)) = ranges.get(shard) else {
+                continue;
+            };
+            // Distinct epochs settle who owns which slots without the cluster having to
+            // resolve a collision first.
+            let epoch = (shard + 1).to_string();
+            self.call_node(
+                index,
+                &["CLUSTER", "SET-CONFIG-EPOCH", &epoch],
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+            let (first, last) = (first.to_string(), last.to_string());
+            self.call_node(
+                index,
+                &["CLUSTER", "ADDSLOTSRANGE", &first, &last],
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+        }
+        let Some((&seed, others)) = members.split_first() else {
+            return Ok(());
+        };
+        for &other in others {
+            let record = &self.state.nodes[other];
+            let port = record.port.to_string();
+            let bus = record
+                .cluster
+                .as_ref()
+                .map_or(0, |cluster| cluster.bus_port)
+                .to_string();
+            self.call_node(
+                seed,
+                &["CLUSTER", "MEET", "127.0.0.1", &port, &bus],
+                CONTROL_TIMEOUT,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Has every replica follow its shard's primary.
+    async fn make_replicas(&self) -> Result<(), LabError> {
         for index in 0..self.state.nodes.len() {
             if self.state.nodes[index].kind != NodeKind::Replica {
                 continue;
@@ -372,8 +386,7 @@ impl Lab {
             self.call_node(index, &["CLUSTER", "REPLICATE", &id], CONTROL_TIMEOUT)
                 .await?;
         }
-        self.wait_agreement(&groups, &Agreement::Formed, deadline)
-            .await
+        Ok(())
     }
 
     /// Polls every group in `groups` until `agreement` holds in all of them, failing early

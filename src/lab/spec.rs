@@ -170,30 +170,7 @@ impl LabSpec {
         if self.groups == 0 {
             return invalid("groups must be at least 1 (5 is the usual quorum setup)".into());
         }
-        if let Some(shape) = self.cluster {
-            shape.validate()?;
-            if self.sentinels > 0 {
-                return invalid(format!(
-                    "a cluster lab has no Sentinels (each cluster fails over by itself); set sentinels to 0, not {}",
-                    self.sentinels
-                ));
-            }
-            if self.links || self.tls {
-                return invalid(
-                    "a cluster lab takes neither links nor tls: its nodes announce their own ports on a plain cluster bus"
-                        .into(),
-                );
-            }
-            if self.process_count() > MAX_NODES {
-                return invalid(format!(
-                    "{} groups x {} shards x (1 + {} replicas) is {} processes; the lab allows at most {MAX_NODES}",
-                    self.groups,
-                    shape.shards,
-                    self.replicas,
-                    self.process_count()
-                ));
-            }
-        }
+        self.validate_cluster()?;
         if self.process_count() > MAX_NODES {
             let relays = if self.links { " (+ a relay each)" } else { "" };
             return invalid(format!(
@@ -204,29 +181,7 @@ impl LabSpec {
                 self.process_count()
             ));
         }
-        if self.links {
-            if self.tls {
-                return invalid(
-                    "links cannot be combined with tls: the relays tell clients, replicas and Sentinels apart by the commands they send, which TLS hides"
-                        .into(),
-                );
-            }
-            match &self.binary {
-                None => {
-                    return invalid(
-                        "binary must name the quorumlock executable when links is set: it runs the relay in front of every node (`quorumlock lab relay`)"
-                            .into(),
-                    );
-                }
-                Some(binary) if !binary.is_file() => {
-                    return invalid(format!(
-                        "binary {} (the quorumlock executable that runs the relays) is not a file",
-                        binary.display()
-                    ));
-                }
-                Some(_) => {}
-            }
-        }
+        self.validate_links()?;
         if self.min_replicas_max_lag_s == Some(0) {
             return invalid(
                 "min_replicas_max_lag_s must be above 0: Redis turns min-replicas-to-write off at a lag of 0 (leave it unset to opt out)"
@@ -247,6 +202,67 @@ impl LabSpec {
                 "the password must be non-empty, without spaces, quotes, backslashes or control characters"
                     .into(),
             );
+        }
+        Ok(())
+    }
+
+    /// A cluster lab: a valid shape, no Sentinels, links or TLS, and not too many nodes.
+    fn validate_cluster(&self) -> Result<(), LabError> {
+        let invalid = |message: String| Err(LabError::InvalidSpec(message));
+        let Some(shape) = self.cluster else {
+            return Ok(());
+        };
+        shape.validate()?;
+        if self.sentinels > 0 {
+            return invalid(format!(
+                "a cluster lab has no Sentinels (each cluster fails over by itself); set sentinels to 0, not {}",
+                self.sentinels
+            ));
+        }
+        if self.links || self.tls {
+            return invalid(
+                "a cluster lab takes neither links nor tls: its nodes announce their own ports on a plain cluster bus"
+                    .into(),
+            );
+        }
+        if self.process_count() > MAX_NODES {
+            return invalid(format!(
+                "{} groups x {} shards x (1 + {} replicas) is {} processes; the lab allows at most {MAX_NODES}",
+                self.groups,
+                shape.shards,
+                self.replicas,
+                self.process_count()
+            ));
+        }
+        Ok(())
+    }
+
+    /// A lab with links: no TLS, and the quorumlock executable to run the relays.
+    fn validate_links(&self) -> Result<(), LabError> {
+        let invalid = |message: String| Err(LabError::InvalidSpec(message));
+        if !self.links {
+            return Ok(());
+        }
+        if self.tls {
+            return invalid(
+                "links cannot be combined with tls: the relays tell clients, replicas and Sentinels apart by the commands they send, which TLS hides"
+                    .into(),
+            );
+        }
+        match &self.binary {
+            None => {
+                return invalid(
+                    "binary must name the quorumlock executable when links is set: it runs the relay in front of every node (`quorumlock lab relay`)"
+                        .into(),
+                );
+            }
+            Some(binary) if !binary.is_file() => {
+                return invalid(format!(
+                    "binary {} (the quorumlock executable that runs the relays) is not a file",
+                    binary.display()
+                ));
+            }
+            Some(_) => {}
         }
         Ok(())
     }

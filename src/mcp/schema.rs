@@ -150,27 +150,7 @@ fn compact(value: Value, defs: &JsonObject, descriptions: Descriptions, depth: u
     }
     // A reference, or an optional reference (`anyOf: [X, {"type": "null"}]`), becomes the
     // schema it names, with this schema's own keys (a field's description) on top.
-    let referenced = match schema.remove("$ref") {
-        Some(Value::String(reference)) => Some(reference),
-        Some(other) => {
-            schema.insert("$ref".into(), other);
-            None
-        }
-        None => None,
-    }
-    .or_else(|| {
-        let Some(Value::Array(branches)) = schema.get("anyOf") else {
-            return None;
-        };
-        let not_null: Vec<&Value> = branches
-            .iter()
-            .filter(|branch| **branch != json!({"type": "null"}))
-            .collect();
-        match (branches.len(), not_null.as_slice()) {
-            (2, [only]) => only.get("$ref").and_then(Value::as_str).map(str::to_string),
-            _ => None,
-        }
-    });
+    let referenced = take_reference(&mut schema);
     if let Some(reference) = referenced {
         schema.remove("anyOf");
         let name = reference.trim_start_matches("#/$defs/");
@@ -203,6 +183,59 @@ fn compact(value: Value, defs: &JsonObject, descriptions: Descriptions, depth: u
     if schema.get("default") == Some(&Value::Null) {
         schema.remove("default");
     }
+    trim(&mut schema, descriptions, depth);
+    if let Some(Value::Object(properties)) = schema.remove("properties") {
+        let properties = properties
+            .into_iter()
+            .map(|(name, property)| {
+                let mut property = compact(property, defs, descriptions, depth + 1);
+                // A field that may be left out needs no `null` as well.
+                if !required.contains(&Value::String(name.clone())) {
+                    drop_null(&mut property);
+                }
+                (name, property)
+            })
+            .collect();
+        schema.insert("properties".into(), Value::Object(properties));
+    }
+    if let Some(items) = schema.remove("items") {
+        schema.insert(
+            "items".into(),
+            compact(items, defs, descriptions, depth + 1),
+        );
+    }
+    Value::Object(schema)
+}
+
+/// The definition a schema refers to, as a reference (`$ref`, removed) or an optional
+/// reference (`anyOf: [X, {"type": "null"}]`).
+fn take_reference(schema: &mut JsonObject) -> Option<String> {
+    match schema.remove("$ref") {
+        Some(Value::String(reference)) => Some(reference),
+        Some(other) => {
+            schema.insert("$ref".into(), other);
+            None
+        }
+        None => None,
+    }
+    .or_else(|| {
+        let Some(Value::Array(branches)) = schema.get("anyOf") else {
+            return None;
+        };
+        let not_null: Vec<&Value> = branches
+            .iter()
+            .filter(|branch| **branch != json!({"type": "null"}))
+            .collect();
+        match (branches.len(), not_null.as_slice()) {
+            (2, [only]) => only.get("$ref").and_then(Value::as_str).map(str::to_string),
+            _ => None,
+        }
+    })
+}
+
+/// Drops what a reader does not need (descriptions, for outputs, and what the shape already
+/// says), or makes each description one line.
+fn trim(schema: &mut JsonObject, descriptions: Descriptions, depth: usize) {
     match descriptions {
         Descriptions::Drop => {
             schema.remove("description");
@@ -227,27 +260,6 @@ fn compact(value: Value, defs: &JsonObject, descriptions: Descriptions, depth: u
             }
         }
     }
-    if let Some(Value::Object(properties)) = schema.remove("properties") {
-        let properties = properties
-            .into_iter()
-            .map(|(name, property)| {
-                let mut property = compact(property, defs, descriptions, depth + 1);
-                // A field that may be left out needs no `null` as well.
-                if !required.contains(&Value::String(name.clone())) {
-                    drop_null(&mut property);
-                }
-                (name, property)
-            })
-            .collect();
-        schema.insert("properties".into(), Value::Object(properties));
-    }
-    if let Some(items) = schema.remove("items") {
-        schema.insert(
-            "items".into(),
-            compact(items, defs, descriptions, depth + 1),
-        );
-    }
-    Value::Object(schema)
 }
 
 /// `"type": ["string", "null"]` → `"type": "string"`.
