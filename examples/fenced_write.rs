@@ -13,7 +13,7 @@
 //! ```
 //!
 //! The README's "Use it from Rust" snippet is the part of this file between the two
-//! `README` lines, word for word; tests/examples.rs checks that they stay the same.
+//! `README` lines, word for word; tests/tools/examples.rs checks that they stay the same.
 
 // README: begin
 use std::time::Duration;

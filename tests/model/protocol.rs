@@ -1,5 +1,5 @@
 //! The protocol as a stateright [`Model`]: masters, clients, the network between them, the
-//! faults, and a fenced store. See the top of `tests/model.rs` for what it covers and why its
+//! faults, and a fenced store. See the top of `tests/model/main.rs` for what it covers and why its
 //! bounds suffice.
 //!
 //! Every action names, in a comment, the script or Rust function it stands for. Numbers the
