@@ -735,6 +735,18 @@ async fn keepalive_leases_are_released_when_the_http_session_expires() {
     .await;
 }
 
+/// The helper's name as the test harness lists it: its module path without the crate's
+/// name, since `--exact` matches the whole name.
+fn helper_test_name() -> String {
+    let module = module_path!();
+    let module = module.split_once("::").map_or("", |(_, rest)| rest);
+    if module.is_empty() {
+        "stdio_client_helper".to_string()
+    } else {
+        format!("{module}::stdio_client_helper")
+    }
+}
+
 /// The helper for the next test: an MCP client in its own process, so that the test can kill
 /// it like a crashed agent. It runs only when started by that test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -765,7 +777,7 @@ async fn keepalive_is_released_when_the_stdio_client_is_killed() {
         let mut helper =
             tokio::process::Command::new(std::env::current_exe().expect("test binary"))
                 .args([
-                    "stdio_client_helper",
+                    &helper_test_name(),
                     "--exact",
                     "--ignored",
                     "--nocapture",
