@@ -2089,3 +2089,121 @@ async fn https_serves_an_mcp_client_that_trusts_the_lab_ca_and_fails_one_that_do
         String::from_utf8_lossy(&answer)
     );
 }
+
+/// One tools/call by raw HTTP with no session and a client on an older protocol version;
+/// returns the structured answer, or the error text as `{"error": …}`.
+async fn stateless_call(addr: &str, tool: &str, arguments: Value) -> Value {
+    let bearer = format!("Bearer {TOKEN}");
+    let [content_type, accept] = MCP_POST_HEADERS;
+    let headers = [
+        content_type,
+        accept,
+        ("Authorization", bearer.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let request = json!({
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    });
+    let body = serde_json::to_vec(&request).expect("request");
+    let (status, head, body) = raw_http_response(addr, "POST", "/mcp", &headers, &body).await;
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        !head.to_lowercase().contains("mcp-session-id"),
+        "a stateless call got a session: {head}"
+    );
+    // The answer comes as JSON or as one server-sent event.
+    let message = body
+        .lines()
+        .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+        .find_map(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .filter(|v| v["id"] == json!(2))
+        })
+        .unwrap_or_else(|| panic!("no answer to the call in {body}"));
+    let result = &message["result"];
+    if result["isError"] == json!(true) {
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        return json!({ "error": text });
+    }
+    result["structuredContent"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_servers_open_no_session_and_either_takes_any_call() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let config = fx.lab.config_path();
+        let first = http_server(&config, Some(TOKEN), &["--stateless"]).await;
+        let second = http_server(&config, Some(TOKEN), &["--stateless"]).await;
+        // An older client's initialize opens no session.
+        let bearer = format!("Bearer {TOKEN}");
+        let [content_type, accept] = MCP_POST_HEADERS;
+        let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+        let (status, head, body) =
+            raw_http_response(&first.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(!head.to_lowercase().contains("mcp-session-id"), "{head}");
+
+        // A lock taken through one server is held for the other, which can release it.
+        let granted = stateless_call(
+            &first.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:job", "ttl_ms": 10000}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true), "{granted}");
+        assert_eq!(granted["keepalive"], json!(false), "{granted}");
+        let token = str_of(&granted, "token").to_string();
+        let refused = stateless_call(
+            &second.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:job"}),
+        )
+        .await;
+        assert_eq!(refused["acquired"], json!(false), "{refused}");
+        let released = stateless_call(
+            &second.addr,
+            "release_lock",
+            json!({"resource": "stateless:job", "token": token}),
+        )
+        .await;
+        assert_eq!(released["released"], json!(true), "{released}");
+        assert!(!fx.locks.status("stateless:job").await.expect("status").held);
+
+        // Keepalive needs a session, so it is refused by name and nothing is left held.
+        let keepalive = stateless_call(
+            &first.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:kept", "keepalive": true}),
+        )
+        .await;
+        let error = keepalive["error"].as_str().unwrap_or_default();
+        assert!(error.contains("`keepalive`"), "{keepalive}");
+        assert!(
+            !fx.locks
+                .status("stateless:kept")
+                .await
+                .expect("status")
+                .held
+        );
+
+        // Neither server keeps a session.
+        for server in [&first, &second] {
+            let (status, metrics) = raw_http(
+                &server.addr,
+                "GET",
+                "/metrics",
+                &[("Authorization", &bearer)],
+                b"",
+            )
+            .await;
+            assert_eq!(status, 200);
+            assert!(metrics.contains("quorumlock_mcp_sessions 0"), "{metrics}");
+        }
+    })
+    .await;
+}
