@@ -2207,3 +2207,102 @@ async fn stateless_servers_open_no_session_and_either_takes_any_call() {
     })
     .await;
 }
+
+/// One agent's turns on a contended resource: it takes the lock `turns` times through its
+/// own session, holds it briefly, and returns each hold's span with its fencing token.
+async fn take_turns(client: Client, resource: &'static str, turns: usize) -> Vec<Hold> {
+    let mut holds = Vec::new();
+    for _ in 0..turns {
+        let granted = ok(
+            &client,
+            "acquire_lock",
+            json!({"resource": resource, "ttl_ms": 10000, "wait_ms": 30000}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true), "{granted}");
+        let start = Instant::now();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let end = Instant::now();
+        holds.push(Hold {
+            fence: u64_of(&granted, "fencing_token"),
+            start,
+            end,
+        });
+        release(&client, resource, str_of(&granted, "token")).await;
+    }
+    let _ = client.cancel().await;
+    holds
+}
+
+struct Hold {
+    fence: u64,
+    start: Instant,
+    end: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_lock_space_and_a_killed_ones_keepalive_leases_expire() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(120), async {
+        // Retries 20 s apart: a waiter that gets the lock sooner was woken by the release.
+        let mut topology = fx.topology.clone();
+        topology.retry_delay_ms = 20_000;
+        let config = fx.file("slow-retries.toml", &topology.to_toml());
+        let mut first = http_server(&config, Some(TOKEN), &[]).await;
+        let second = http_server(&config, Some(TOKEN), &[]).await;
+
+        // Agents on both servers contend for one resource: no two holds overlap, and the
+        // fencing tokens grow in the order of the holds.
+        let mut agents = Vec::new();
+        for server in [&first, &second, &first, &second] {
+            let (client, _) = server.connect(Some(TOKEN)).await.expect("connect");
+            agents.push(tokio::spawn(take_turns(client, "shared:job", 5)));
+        }
+        let mut holds = Vec::new();
+        for agent in agents {
+            holds.extend(agent.await.expect("agent"));
+        }
+        assert_eq!(holds.len(), 20);
+        holds.sort_by_key(|hold| hold.start);
+        for pair in holds.windows(2) {
+            assert!(pair[0].end <= pair[1].start, "two holds overlap");
+            assert!(pair[0].fence < pair[1].fence, "fencing tokens went back");
+        }
+
+        // A server that dies takes its sessions with it: their keepalive leases stop being
+        // renewed and expire within their TTL, and an agent on the other server gets the lock.
+        let (holder, _) = first.connect(Some(TOKEN)).await.expect("connect");
+        let kept = ok(
+            &holder,
+            "acquire_lock",
+            json!({"resource": "shared:kept", "ttl_ms": 5000, "keepalive": true}),
+        )
+        .await;
+        assert_eq!(kept["keepalive"], json!(true), "{kept}");
+        let (agent, _) = second.connect(Some(TOKEN)).await.expect("connect");
+        first.kill().await;
+        let killed = Instant::now();
+        // The expiry is not announced, so the agent asks again now and then. The last
+        // renewal came before the kill, so the lease ends within its TTL of it.
+        let taken = loop {
+            let answer = ok(
+                &agent,
+                "acquire_lock",
+                json!({"resource": "shared:kept", "ttl_ms": 5000}),
+            )
+            .await;
+            if answer["acquired"] == json!(true) {
+                break answer;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(15),
+                "the killed server's keepalive lease (TTL 5 s) still held: {answer}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(u64_of(&taken, "fencing_token") > u64_of(&kept, "fencing_token"));
+        drop(holder);
+        let _ = agent.cancel().await;
+    })
+    .await;
+}
