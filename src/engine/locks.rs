@@ -177,13 +177,18 @@ impl Locks {
         futures::future::join_all(groups.iter().map(Group::start)).await;
         let (failovers, _) = broadcast::channel(64);
         let sentinels = SentinelWatch::start(&groups, failovers.clone()).await;
+        let majority = Majority::of(topology.groups.len());
+        // A release's groups delete it within a call timeout of each other, and mostly
+        // within a small part of one; a try that waits longer than a retry delay for the
+        // rest would be slower than polling.
+        let grace = topology.call_timeout().min(topology.retry_delay()) / 5;
         Ok(Locks {
             engine: Arc::new(Engine {
-                majority: Majority::of(topology.groups.len()),
+                majority,
                 adopting: std::sync::Mutex::new(vec![false; topology.groups.len()]),
                 failovers,
                 sentinels,
-                waiters: Waiters::default(),
+                waiters: Waiters::new(majority.needed, grace),
                 groups,
                 topology,
                 fences: Fences::default(),

@@ -1,21 +1,23 @@
 //! Waiting without polling: a denied acquire subscribes to its resource's release channel on
-//! every group and retries as soon as any group announces a release. A timer still retries
-//! now and then, because a crashed holder's lock expires without an announcement and a
-//! group's subscriber may be down.
+//! every group and retries as soon as a release is announced. A timer still retries now and
+//! then, because a crashed holder's lock expires without an announcement and a group's
+//! subscriber may be down.
 //!
-//! A release wakes one waiter at the first group's announcement, and one more once a
-//! majority of groups announced it: the first try may run before the slower groups deleted
-//! the lock, and loses.
+//! A release wakes one waiter, once: when a majority of groups announced it (or this process
+//! deleted it on a majority), so the woken try finds the lock free where it needs it. Waking
+//! at the first group's announcement would send that try ahead of the slower groups' deletes
+//! of another process's release, and waking a second waiter at the majority makes two tries
+//! race for one lock. A release heard from fewer groups (a rollback of a few grants, or a
+//! group whose subscriber is down) wakes one waiter after a short grace instead.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fred::types::Message;
 use tokio::sync::{Notify, OnceCell, broadcast};
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::engine::vote::Majority;
 use crate::group::Group;
 use crate::group::subscriber::{ReleaseChannel, Subscriber};
 
@@ -24,13 +26,103 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 type Channels = Arc<Mutex<HashMap<String, Channel>>>;
 
+/// How many releases a channel tells apart at once: a rollback's announcements may arrive
+/// among a release's.
+const REMEMBERED: usize = 4;
+
 struct Channel {
     notify: Arc<Notify>,
     waiters: usize,
-    /// The last release heard (its token): every group announces it.
-    last_release: Option<String>,
-    /// How many groups announced it so far (a majority, for a release of this process).
-    heard: usize,
+    /// The releases heard lately, the newest last.
+    heard: VecDeque<Heard>,
+}
+
+/// One release (or rollback, or force release) as the groups announce it.
+struct Heard {
+    /// Its announcement: the token, or the token marked as a rollback.
+    release: String,
+    /// How many groups announced it (a majority at once for a release of this process).
+    groups: usize,
+    /// A waiter was woken after the grace, before a majority announced it.
+    early: bool,
+    /// A waiter was woken once a majority announced it.
+    at_majority: bool,
+}
+
+/// What hearing an announcement asks of the waiters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wake {
+    Nobody,
+    /// The longest waiting, now.
+    One,
+    /// The longest waiting, unless a majority announces the release within the grace.
+    AfterGrace,
+}
+
+impl Channel {
+    fn new() -> Channel {
+        Channel {
+            notify: Arc::new(Notify::new()),
+            waiters: 0,
+            heard: VecDeque::new(),
+        }
+    }
+
+    /// Counts one announcement of `release` and says whom it wakes.
+    fn hear(&mut self, release: Option<&str>, announced: Announced, majority: usize) -> Wake {
+        // A message that names no release cannot be counted: it wakes one waiter.
+        let Some(release) = release else {
+            return Wake::One;
+        };
+        let known = self.heard.iter().position(|h| h.release == release);
+        let index = match known {
+            Some(index) => index,
+            None => {
+                if self.heard.len() == REMEMBERED {
+                    self.heard.pop_front();
+                }
+                self.heard.push_back(Heard {
+                    release: release.to_string(),
+                    groups: 0,
+                    early: false,
+                    at_majority: false,
+                });
+                self.heard.len() - 1
+            }
+        };
+        let heard = &mut self.heard[index];
+        let before = heard.groups;
+        heard.groups = match announced {
+            Announced::ByGroup => before + 1,
+            Announced::ByMajority => before.max(majority),
+        };
+        if heard.groups >= majority {
+            if heard.at_majority {
+                return Wake::Nobody;
+            }
+            // Also after an early wake-up: that try may have lost to the groups whose delete
+            // had not landed yet.
+            heard.at_majority = true;
+            return Wake::One;
+        }
+        if before == 0 {
+            Wake::AfterGrace
+        } else {
+            Wake::Nobody
+        }
+    }
+
+    /// The grace after the first announcement of `release` passed: whether it wakes a waiter
+    /// (nobody was woken for it yet).
+    fn grace_passed(&mut self, release: &str) -> bool {
+        match self.heard.iter_mut().find(|h| h.release == release) {
+            Some(heard) if !heard.early && !heard.at_majority => {
+                heard.early = true;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Who says a lock was released.
@@ -49,12 +141,13 @@ struct Subscribers {
 }
 
 /// The engine's release subscriptions, shared by every waiter.
-#[derive(Default)]
 pub(crate) struct Waiters {
     subscribers: OnceCell<Subscribers>,
     channels: Channels,
-    /// How many groups' announcements make a majority, known once the first waiter watches.
-    majority: OnceLock<usize>,
+    /// How many groups' announcements make a majority.
+    majority: usize,
+    /// How long a release heard from fewer groups than a majority waits for the others.
+    grace: Duration,
 }
 
 /// One waiter's interest in one channel; dropping it unsubscribes when it was the last.
@@ -112,6 +205,17 @@ impl Drop for Watch {
 }
 
 impl Waiters {
+    /// `majority` groups' announcements free a lock; a release heard from fewer wakes a
+    /// waiter `grace` after the first.
+    pub fn new(majority: usize, grace: Duration) -> Waiters {
+        Waiters {
+            subscribers: OnceCell::new(),
+            channels: Channels::default(),
+            majority,
+            grace,
+        }
+    }
+
     /// Registers interest in `channel`, subscribing on every group if nobody else waits on it.
     /// Subscribing stops at `deadline` (the caller's wait): a group that is down must not hold
     /// a waiter past it; the timer covers what a missing subscription would have announced.
@@ -121,23 +225,15 @@ impl Waiters {
         channel: &ReleaseChannel,
         deadline: Instant,
     ) -> Watch {
-        let majority = *self
-            .majority
-            .get_or_init(|| Majority::of(groups.len()).needed);
         let subscribers = self
             .subscribers
-            .get_or_init(|| start(groups, self.channels.clone(), majority))
+            .get_or_init(|| start(groups, self.channels.clone(), self.majority, self.grace))
             .await;
         let (notify, first) = match self.channels.lock() {
             Ok(mut channels) => {
                 let entry = channels
                     .entry(channel.name.clone())
-                    .or_insert_with(|| Channel {
-                        notify: Arc::new(Notify::new()),
-                        waiters: 0,
-                        last_release: None,
-                        heard: 0,
-                    });
+                    .or_insert_with(Channel::new);
                 entry.waiters += 1;
                 (entry.notify.clone(), entry.waiters == 1)
             }
@@ -169,16 +265,14 @@ impl Waiters {
     /// A release by this process, announced to its own waiters without waiting for the groups
     /// to echo it (their announcements of the same token then wake nobody).
     pub fn released(&self, channel: &str, token: &str) {
-        if let Some(majority) = self.majority.get() {
-            let release = Some(token);
-            wake_one(
-                &self.channels,
-                channel,
-                release,
-                Announced::ByMajority,
-                *majority,
-            );
-        }
+        heard(
+            &self.channels,
+            channel,
+            Some(token),
+            Announced::ByMajority,
+            self.majority,
+            self.grace,
+        );
     }
 
     /// Whether waiters of this process already queue for `channel`.
@@ -205,7 +299,12 @@ impl Waiters {
 }
 
 /// Starts connecting one subscriber per group and routes its messages to the waiting channels.
-async fn start(groups: &[Group], channels: Channels, majority: usize) -> Subscribers {
+async fn start(
+    groups: &[Group],
+    channels: Channels,
+    majority: usize,
+    grace: Duration,
+) -> Subscribers {
     let mut subscribers = Subscribers {
         clients: Vec::new(),
         tasks: Vec::new(),
@@ -226,6 +325,7 @@ async fn start(groups: &[Group], channels: Channels, majority: usize) -> Subscri
                 client.messages(),
                 channels.clone(),
                 majority,
+                grace,
             ))));
         subscribers.clients.push(client);
     }
@@ -233,48 +333,61 @@ async fn start(groups: &[Group], channels: Channels, majority: usize) -> Subscri
     subscribers
 }
 
-/// One release frees the lock for one holder: wakes one waiter (the longest waiting), not all
-/// of them to fight over it, when it is first heard; and one more when a majority of groups
-/// has announced it, since a try woken by the first group may have found the lock still held
-/// on groups whose delete had not landed yet.
-fn wake_one(
+/// One release frees the lock for one holder: it wakes one waiter (the longest waiting), not
+/// all of them to fight over it, and only once a majority of groups deleted it, when that
+/// waiter's try can win. Heard from fewer groups, it wakes one after `grace`.
+fn heard(
     channels: &Channels,
     channel: &str,
     release: Option<&str>,
     announced: Announced,
     majority: usize,
+    grace: Duration,
 ) {
-    let notify = channels.lock().ok().and_then(|mut channels| {
-        let channel = channels.get_mut(channel)?;
-        let Some(release) = release else {
-            return Some(channel.notify.clone());
-        };
-        if channel.last_release.as_deref() != Some(release) {
-            channel.last_release = Some(release.to_string());
-            channel.heard = 0;
-        }
-        let before = channel.heard;
-        channel.heard = match announced {
-            Announced::ByGroup => before + 1,
-            Announced::ByMajority => before.max(majority),
-        };
-        let woken = before == 0 || (before < majority && channel.heard >= majority);
-        woken.then(|| channel.notify.clone())
+    let decided = channels.lock().ok().and_then(|mut channels| {
+        let entry = channels.get_mut(channel)?;
+        let wake = entry.hear(release, announced, majority);
+        Some((wake, entry.notify.clone()))
     });
-    if let Some(notify) = notify {
-        notify.notify_one();
+    let Some((wake, notify)) = decided else {
+        return;
+    };
+    match (wake, release, tokio::runtime::Handle::try_current()) {
+        (Wake::Nobody, _, _) => {}
+        (Wake::AfterGrace, Some(release), Ok(runtime)) => {
+            let (channels, channel, release) =
+                (channels.clone(), channel.to_string(), release.to_string());
+            runtime.spawn(async move {
+                tokio::time::sleep(grace).await;
+                let woken = channels.lock().ok().and_then(|mut channels| {
+                    let entry = channels.get_mut(&channel)?;
+                    entry.grace_passed(&release).then(|| entry.notify.clone())
+                });
+                if let Some(notify) = woken {
+                    notify.notify_one();
+                }
+            });
+        }
+        // Without a runtime to wait in, the waiter is woken now.
+        (Wake::One | Wake::AfterGrace, _, _) => notify.notify_one(),
     }
 }
 
-async fn route(mut messages: broadcast::Receiver<Message>, channels: Channels, majority: usize) {
+async fn route(
+    mut messages: broadcast::Receiver<Message>,
+    channels: Channels,
+    majority: usize,
+    grace: Duration,
+) {
     loop {
         match messages.recv().await {
-            Ok(message) => wake_one(
+            Ok(message) => heard(
                 &channels,
                 &message.channel,
                 message.value.as_str().as_deref(),
                 Announced::ByGroup,
                 majority,
+                grace,
             ),
             Err(broadcast::error::RecvError::Lagged(_)) => {}
             Err(broadcast::error::RecvError::Closed) => return,
@@ -284,58 +397,95 @@ async fn route(mut messages: broadcast::Receiver<Message>, channels: Channels, m
 
 #[cfg(test)]
 mod tests {
-    use futures::FutureExt;
-
     use super::*;
 
-    fn one_channel() -> (Channels, Arc<Notify>) {
-        let notify = Arc::new(Notify::new());
-        let channel = Channel {
-            notify: notify.clone(),
-            waiters: 2,
-            last_release: None,
-            heard: 0,
-        };
-        let channels = Arc::new(Mutex::new(HashMap::from([("c".to_string(), channel)])));
-        (channels, notify)
-    }
-
-    /// Whether a waiter would be woken now (takes the wake-up).
-    fn woken(notify: &Notify) -> bool {
-        notify.notified().now_or_never().is_some()
+    /// Hears `release` from one group (or, with `ByMajority`, from this process).
+    fn hear(channel: &mut Channel, release: &str, announced: Announced) -> Wake {
+        channel.hear(Some(release), announced, 3)
     }
 
     #[test]
-    fn a_release_wakes_one_waiter_when_first_heard_and_one_more_at_a_majority_of_groups() {
-        let (channels, notify) = one_channel();
-        let heard = |release| wake_one(&channels, "c", Some(release), Announced::ByGroup, 3);
-        heard("t1");
-        assert!(woken(&notify));
-        heard("t1");
-        assert!(!woken(&notify));
-        heard("t1");
-        assert!(woken(&notify), "the third of five groups makes a majority");
-        heard("t1");
-        heard("t1");
-        assert!(!woken(&notify));
-        heard("t2");
-        assert!(woken(&notify), "another release");
+    fn a_release_wakes_one_waiter_once_a_majority_of_groups_announced_it() {
+        let mut channel = Channel::new();
+        assert_eq!(
+            hear(&mut channel, "t1", Announced::ByGroup),
+            Wake::AfterGrace
+        );
+        assert_eq!(hear(&mut channel, "t1", Announced::ByGroup), Wake::Nobody);
+        assert_eq!(
+            hear(&mut channel, "t1", Announced::ByGroup),
+            Wake::One,
+            "the third of five groups makes a majority"
+        );
+        assert_eq!(hear(&mut channel, "t1", Announced::ByGroup), Wake::Nobody);
+        assert_eq!(hear(&mut channel, "t1", Announced::ByGroup), Wake::Nobody);
+        assert!(!channel.grace_passed("t1"), "the waiter was woken already");
+        assert_eq!(
+            hear(&mut channel, "t2", Announced::ByGroup),
+            Wake::AfterGrace
+        );
     }
 
     #[test]
-    fn a_release_of_this_process_wakes_once_and_its_echoes_wake_nobody() {
-        let (channels, notify) = one_channel();
-        wake_one(&channels, "c", Some("t"), Announced::ByMajority, 3);
-        assert!(woken(&notify));
+    fn a_release_of_this_process_wakes_one_waiter_and_its_echoes_wake_nobody() {
+        let mut channel = Channel::new();
+        assert_eq!(hear(&mut channel, "t", Announced::ByMajority), Wake::One);
         for _ in 0..5 {
-            wake_one(&channels, "c", Some("t"), Announced::ByGroup, 3);
+            assert_eq!(hear(&mut channel, "t", Announced::ByGroup), Wake::Nobody);
         }
-        assert!(!woken(&notify));
-        // Heard from one group first: this process's word that a majority deleted it wakes
-        // one more.
-        wake_one(&channels, "c", Some("u"), Announced::ByGroup, 3);
-        assert!(woken(&notify));
-        wake_one(&channels, "c", Some("u"), Announced::ByMajority, 3);
-        assert!(woken(&notify));
+        // Its echoes may come first: they wake nobody at once, and this process's word that
+        // a majority deleted it wakes one waiter, once.
+        assert_eq!(
+            hear(&mut channel, "u", Announced::ByGroup),
+            Wake::AfterGrace
+        );
+        assert_eq!(hear(&mut channel, "u", Announced::ByMajority), Wake::One);
+        assert_eq!(hear(&mut channel, "u", Announced::ByGroup), Wake::Nobody);
+        assert_eq!(hear(&mut channel, "u", Announced::ByGroup), Wake::Nobody);
+        assert!(!channel.grace_passed("u"));
+    }
+
+    #[test]
+    fn a_release_heard_from_fewer_groups_than_a_majority_wakes_one_waiter_after_the_grace() {
+        let mut channel = Channel::new();
+        assert_eq!(
+            hear(&mut channel, "t:rolled-back", Announced::ByGroup),
+            Wake::AfterGrace
+        );
+        assert!(channel.grace_passed("t:rolled-back"));
+        assert!(!channel.grace_passed("t:rolled-back"), "once");
+        // Late groups make a majority after all: the early try may have lost to them.
+        assert_eq!(
+            hear(&mut channel, "t:rolled-back", Announced::ByGroup),
+            Wake::Nobody
+        );
+        assert_eq!(
+            hear(&mut channel, "t:rolled-back", Announced::ByGroup),
+            Wake::One
+        );
+    }
+
+    #[test]
+    fn announcements_of_releases_that_interleave_are_counted_apart() {
+        let mut channel = Channel::new();
+        assert_eq!(
+            hear(&mut channel, "t", Announced::ByGroup),
+            Wake::AfterGrace
+        );
+        assert_eq!(
+            hear(&mut channel, "r", Announced::ByGroup),
+            Wake::AfterGrace
+        );
+        assert_eq!(hear(&mut channel, "t", Announced::ByGroup), Wake::Nobody);
+        assert_eq!(hear(&mut channel, "r", Announced::ByGroup), Wake::Nobody);
+        assert_eq!(hear(&mut channel, "t", Announced::ByGroup), Wake::One);
+        for other in ["a", "b", "c", "d"] {
+            hear(&mut channel, other, Announced::ByGroup);
+        }
+        assert!(
+            !channel.grace_passed("r"),
+            "forgotten once newer releases took its place"
+        );
+        assert_eq!(channel.heard.len(), REMEMBERED);
     }
 }
