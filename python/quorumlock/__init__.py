@@ -27,6 +27,7 @@ import logging
 import os
 import sys
 import threading
+import weakref
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -138,6 +139,25 @@ def _path(config_path: Optional[PathLike]) -> Optional[str]:
     return os.fspath(config_path)
 
 
+# One bridge per event loop: the engine's runtime completes the loop's futures through it,
+# waking the loop with a byte on a socket the loop watches.
+_bridges: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _native.Bridge]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _bridge() -> _native.Bridge:
+    """The running loop's bridge, made on its first call. The loop must support add_reader
+    (every selector loop does, uvloop too)."""
+    loop = asyncio.get_running_loop()
+    bridge = _bridges.get(loop)
+    if bridge is None:
+        bridge = _native.Bridge(loop)
+        loop.add_reader(bridge.fileno(), bridge.drain)
+        _bridges[loop] = bridge
+    return bridge
+
+
 def connect(config_path: Optional[PathLike] = None) -> Locks:
     """Connects to every group of the topology in `config_path`, or else of the file the
     CLI would find: QUORUMLOCK_CONFIG, ./quorumlock.toml, the user's
@@ -146,13 +166,13 @@ def connect(config_path: Optional[PathLike] = None) -> Locks:
     reads them. Groups that are down do not fail the call: they reconnect in the background.
 
     Blocks until connected (without holding the GIL); in async code, use `aconnect`."""
-    native = _native.connect(_path(config_path), False)
+    native = _native.connect(_path(config_path), None)
     return Locks(native)
 
 
 async def aconnect(config_path: Optional[PathLike] = None) -> Locks:
     """`connect` for async code: the event loop runs on while it connects."""
-    native = await _native.connect(_path(config_path), True)
+    native = await _native.connect(_path(config_path), _bridge())
     return Locks(native)
 
 
@@ -243,11 +263,11 @@ class Locks:
 
     def status(self, resource: str) -> LockStatus:
         """The lock as every group sees it now (advisory)."""
-        raw: str = self._native.status(_text("resource", resource), False)
+        raw: str = self._native.status(_text("resource", resource), None)
         return LockStatus.from_json(_json(raw))
 
     async def astatus(self, resource: str) -> LockStatus:
-        raw: str = await self._native.status(_text("resource", resource), True)
+        raw: str = await self._native.status(_text("resource", resource), _bridge())
         return LockStatus.from_json(_json(raw))
 
     def list(
@@ -256,47 +276,47 @@ class Locks:
         """Locks held on a majority whose name starts with `prefix`, and semaphores with a
         permit held: one page of at most `limit`; pass `next_cursor` for the next."""
         args = _list_args(prefix, limit, cursor)
-        return LockList.from_json(_json(self._native.list(*args, False)))
+        return LockList.from_json(_json(self._native.list(*args, None)))
 
     async def alist(
         self, prefix: str = "", *, limit: int = 100, cursor: Optional[str] = None
     ) -> LockList:
         args = _list_args(prefix, limit, cursor)
-        return LockList.from_json(_json(await self._native.list(*args, True)))
+        return LockList.from_json(_json(await self._native.list(*args, _bridge())))
 
     def semaphore_status(self, name: str) -> SemaphoreStatus:
         """The permit count and the permits held of semaphore `name` (advisory)."""
-        raw: str = self._native.semaphore_status(_text("name", name), False)
+        raw: str = self._native.semaphore_status(_text("name", name), None)
         return SemaphoreStatus.from_json(_json(raw))
 
     async def asemaphore_status(self, name: str) -> SemaphoreStatus:
-        raw: str = await self._native.semaphore_status(_text("name", name), True)
+        raw: str = await self._native.semaphore_status(_text("name", name), _bridge())
         return SemaphoreStatus.from_json(_json(raw))
 
     def health(self) -> Health:
         """Every group's health, and whether a majority can vote."""
-        return Health.from_json(_json(self._native.health(False)))
+        return Health.from_json(_json(self._native.health(None)))
 
     async def ahealth(self) -> Health:
-        return Health.from_json(_json(await self._native.health(True)))
+        return Health.from_json(_json(await self._native.health(_bridge())))
 
     def force_release(self, resource: str) -> bool:
         """Deletes the lock on every group whoever holds it, for operators clearing a stuck
         lock. The holder is not told; its fencing token stays below every later holder's."""
-        released: bool = self._native.force_release(_text("resource", resource), False)
+        released: bool = self._native.force_release(_text("resource", resource), None)
         return released
 
     async def aforce_release(self, resource: str) -> bool:
-        released: bool = await self._native.force_release(_text("resource", resource), True)
+        released: bool = await self._native.force_release(_text("resource", resource), _bridge())
         return released
 
     def close(self) -> None:
         """Lets the calls in flight land, then closes every connection. A process that
         exits right after releasing should call it."""
-        self._native.close(False)
+        self._native.close(None)
 
     async def aclose(self) -> None:
-        await self._native.close(True)
+        await self._native.close(_bridge())
 
     def __enter__(self) -> Locks:
         return self
@@ -363,7 +383,7 @@ class LockRequest:
     def __repr__(self) -> str:
         return f"<quorumlock.LockRequest {self._kind} {self._names}>"
 
-    def _args(self, asynchronous: bool) -> Tuple[Any, ...]:
+    def _args(self, bridge: Optional[_native.Bridge]) -> Tuple[Any, ...]:
         return (
             self._kind,
             self._names,
@@ -372,19 +392,20 @@ class LockRequest:
             self._wait,
             self._owner,
             self._purpose,
-            asynchronous,
+            bridge,
         )
 
     def acquire(self) -> Lease:
         """Acquires without a block: the caller must `release()` the lease (dropping it
         releases it too, in the background). The keepalive renews it meanwhile."""
-        return Lease(self._locks._native.acquire(*self._args(False)))
+        return Lease(self._locks._native.acquire(*self._args(None)))
 
     async def aacquire(self) -> AsyncLease:
         """`acquire` for async code; `lease.lost` is set if the lease ends, but no task is
         cancelled: the caller watches it."""
-        native = await self._locks._native.acquire(*self._args(True))
-        return AsyncLease(native, None)
+        bridge = _bridge()
+        native = await self._locks._native.acquire(*self._args(bridge))
+        return AsyncLease(native, None, bridge)
 
     def _push(self, key: object, lease: Any) -> None:
         self._held.setdefault(key, []).append(lease)
@@ -418,8 +439,9 @@ class LockRequest:
 
     async def __aenter__(self) -> AsyncLease:
         task = asyncio.current_task()
-        native = await self._locks._native.acquire(*self._args(True))
-        lease = AsyncLease(native, task)
+        bridge = _bridge()
+        native = await self._locks._native.acquire(*self._args(bridge))
+        lease = AsyncLease(native, task, bridge)
         self._push(("task", id(task)), lease)
         return lease
 
@@ -497,7 +519,7 @@ class Lease:
     def release(self) -> bool:
         """Stops the keepalive and releases the lock on every group; returns whether this
         call deleted it (False when it was gone already or released before)."""
-        released: bool = self._native.release(False)
+        released: bool = self._native.release(None)
         return released
 
     def __repr__(self) -> str:
@@ -511,7 +533,12 @@ class AsyncLease:
     out, or stopped at max_hold_ms); hand it to the tasks the block starts. The block itself
     is cancelled at that moment, and `async with` raises LeaseLost."""
 
-    def __init__(self, native: _native.NativeLease, task: Optional["asyncio.Task[Any]"]) -> None:
+    def __init__(
+        self,
+        native: _native.NativeLease,
+        task: Optional["asyncio.Task[Any]"],
+        bridge: _native.Bridge,
+    ) -> None:
         self._native = native
         self.lost = asyncio.Event()
         self._end: Optional[Tuple[str, str]] = None
@@ -520,13 +547,22 @@ class AsyncLease:
         self._cancelling = _cancelling(task)
         self._closing = False
         self._cancelled_for_loss = False
-        self._follower = asyncio.ensure_future(self._follow())
+        # The engine calls back on this loop when the lease ends before its release; the
+        # callback holds the lease weakly, so that a lease nobody keeps is still dropped
+        # (and released).
+        this = weakref.ref(self)
 
-    async def _follow(self) -> None:
-        kind, reason = await self._native.wait_end()
-        if kind == "released" or self._closing:
+        def ended(end: Tuple[str, str]) -> None:
+            lease = this()
+            if lease is not None:
+                lease._ended(end)
+
+        native.watch_end(bridge, ended)
+
+    def _ended(self, end: Tuple[str, str]) -> None:
+        if self._closing:
             return
-        self._end = (kind, reason)
+        self._end = end
         self.lost.set()
         task = self._task
         if task is not None and not task.done():
@@ -582,13 +618,13 @@ class AsyncLease:
 
     def _stop_following(self) -> None:
         self._closing = True
-        self._follower.cancel()
+        self._native.stop_watching()
 
     async def release(self) -> bool:
         """Stops the keepalive and releases the lock on every group; returns whether this
         call deleted it."""
         self._stop_following()
-        released: bool = await self._native.release(True)
+        released: bool = await self._native.release(_bridge())
         return released
 
     async def _exit_block(
@@ -614,7 +650,7 @@ class AsyncLease:
     async def _release_in_exit(self, absorb_one: bool) -> None:
         # Shielded: a cancellation of the task leaves the release running, and the lock is
         # released whatever happens to the block.
-        release = asyncio.ensure_future(self._native.release(True))
+        release = asyncio.ensure_future(self._native.release(_bridge()))
         while True:
             try:
                 await asyncio.shield(release)

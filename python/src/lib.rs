@@ -2,17 +2,23 @@
 //!
 //! Every call that talks to the groups runs on one tokio runtime owned by the module. A sync
 //! call gives up the GIL while it waits (and still answers Ctrl-C); an async call returns an
-//! asyncio future that the runtime completes, so the event loop never blocks. The Python half
+//! asyncio future that the runtime completes through the loop's `Bridge`, so the event loop
+//! never blocks and the runtime's threads never wait for the GIL. The Python half
 //! (`quorumlock/__init__.py`) builds the context managers, the dataclasses and the
 //! exceptions on top.
 
 use std::future::Future;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use pyo3::IntoPyObjectExt;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
+use pyo3::types::PyWeakrefReference;
+use pyo3::{IntoPyObjectExt, intern};
 use quorumlock::{
     AcquireOptions, ConfigLocation, DEFAULT_TTL, Error, KeptLease, LeaseEnd, Locks, Topology,
 };
@@ -21,8 +27,19 @@ use serde_json::{Value, json};
 /// How often a sync call that waits looks for a signal (Ctrl-C) to deliver.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
 
-fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
+/// The module's tokio runtime: the engine's calls, keepalives and subscriptions run there.
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("quorumlock")
+                .build()
+                .map_err(|error| error.to_string())
+        })
+        .as_ref()
+        .map_err(|error| PyRuntimeError::new_err(format!("cannot start the runtime: {error}")))
 }
 
 /// A failure on its way to Python: the engine's error, or one this module finds itself.
@@ -166,8 +183,9 @@ fn block<T: Send>(
     py: Python<'_>,
     work: impl Future<Output = Result<T, Failure>> + Send,
 ) -> PyResult<T> {
+    let runtime = runtime()?;
     let outcome = py.detach(|| {
-        runtime().block_on(async {
+        runtime.block_on(async {
             let mut work = std::pin::pin!(work);
             loop {
                 tokio::select! {
@@ -182,23 +200,197 @@ fn block<T: Send>(
     outcome.map_err(Failure::into_py)
 }
 
-/// Runs `work` and returns its value (`asynchronous` false, blocking without the GIL), or an
-/// asyncio future of it (`asynchronous` true).
+/// Runs `work` and returns its value (no bridge: blocking without the GIL), or an asyncio
+/// future of it that `bridge` completes on its event loop.
 fn run<T>(
     py: Python<'_>,
-    asynchronous: bool,
+    bridge: Option<&Bound<'_, Bridge>>,
     work: impl Future<Output = Result<T, Failure>> + Send + 'static,
 ) -> PyResult<Py<PyAny>>
 where
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
-    if asynchronous {
-        let future = pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            work.await.map_err(Failure::into_py)
-        })?;
+    match bridge {
+        Some(bridge) => bridge.get().spawn(py, work),
+        None => block(py, work)?.into_py_any(py),
+    }
+}
+
+/// Builds a result's Python value, on the event loop's thread.
+type Make = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+fn make<T>(value: T) -> Make
+where
+    T: for<'py> IntoPyObject<'py> + Send + 'static,
+{
+    Box::new(move |py| value.into_py_any(py))
+}
+
+/// What a finished call hands to the event loop: an asyncio future to complete, or a
+/// callback to call with the value.
+enum Target {
+    Future(Py<PyAny>),
+    Callback(Py<PyAny>),
+}
+
+struct Completion {
+    target: Target,
+    outcome: Result<Make, Failure>,
+}
+
+/// Completions waiting for their event loop, and the socket that wakes it.
+struct Queue {
+    done: Mutex<Vec<Completion>>,
+    wake: UnixStream,
+}
+
+impl Queue {
+    /// Called on the runtime's threads, which never take the GIL: the loop is woken by one
+    /// byte when the queue stops being empty, and builds the Python values itself.
+    fn complete(&self, completion: Completion) {
+        let first = {
+            let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+            done.push(completion);
+            done.len() == 1
+        };
+        if first {
+            // A full socket means a wake is pending already.
+            let _ = (&self.wake).write(&[1]);
+        }
+    }
+}
+
+/// One event loop's way back from the runtime: `loop.add_reader(bridge.fileno(),
+/// bridge.drain)` runs `drain` when calls finished, which completes their futures.
+#[pyclass(frozen, module = "quorumlock._native")]
+struct Bridge {
+    /// A weak reference: the loop holds the bridge (its reader), not the other way round.
+    event_loop: Py<PyWeakrefReference>,
+    queue: Arc<Queue>,
+    woken: UnixStream,
+}
+
+/// Cancels the engine's work when its asyncio future is cancelled.
+#[pyclass(frozen, module = "quorumlock._native")]
+struct Canceller {
+    abort: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl Canceller {
+    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
+        if future
+            .call_method0(intern!(future.py(), "cancelled"))?
+            .is_truthy()?
+        {
+            self.abort.abort();
+        }
+        Ok(())
+    }
+}
+
+impl Bridge {
+    /// Runs `work` on the runtime; returns an asyncio future of its value. Cancelling the
+    /// future drops the work.
+    fn spawn<T>(
+        &self,
+        py: Python<'_>,
+        work: impl Future<Output = Result<T, Failure>> + Send + 'static,
+    ) -> PyResult<Py<PyAny>>
+    where
+        T: for<'py> IntoPyObject<'py> + Send + 'static,
+    {
+        let event_loop = self
+            .event_loop
+            .bind(py)
+            .upgrade()
+            .ok_or_else(|| PyRuntimeError::new_err("the event loop is gone"))?;
+        let future = event_loop.call_method0(intern!(py, "create_future"))?;
+        let target = Target::Future(future.clone().unbind());
+        let queue = self.queue.clone();
+        let task = runtime()?.spawn(async move {
+            let outcome = work.await.map(make);
+            queue.complete(Completion { target, outcome });
+        });
+        future.call_method1(
+            intern!(py, "add_done_callback"),
+            (Canceller {
+                abort: task.abort_handle(),
+            },),
+        )?;
         Ok(future.unbind())
-    } else {
-        block(py, work)?.into_py_any(py)
+    }
+}
+
+fn hand_over(py: Python<'_>, completion: Completion) -> PyResult<()> {
+    match completion.target {
+        Target::Future(future) => {
+            let future = future.bind(py);
+            // Cancelled meanwhile: the value is dropped (a lease in it is released).
+            if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                return Ok(());
+            }
+            match completion
+                .outcome
+                .and_then(|make| make(py).map_err(Failure::Python))
+            {
+                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+                Err(failure) => future.call_method1(
+                    intern!(py, "set_exception"),
+                    (failure.into_py().value(py).clone(),),
+                )?,
+            };
+        }
+        Target::Callback(callback) => {
+            let value = completion
+                .outcome
+                .and_then(|make| make(py).map_err(Failure::Python))
+                .map_err(Failure::into_py)?;
+            callback.bind(py).call1((value,))?;
+        }
+    }
+    Ok(())
+}
+
+#[pymethods]
+impl Bridge {
+    #[new]
+    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let event_loop = PyWeakrefReference::new(event_loop)?.unbind();
+        let (woken, wake) = UnixStream::pair()?;
+        woken.set_nonblocking(true)?;
+        wake.set_nonblocking(true)?;
+        Ok(Bridge {
+            event_loop,
+            queue: Arc::new(Queue {
+                done: Mutex::new(Vec::new()),
+                wake,
+            }),
+            woken,
+        })
+    }
+
+    /// The descriptor the event loop watches.
+    fn fileno(&self) -> i32 {
+        self.woken.as_raw_fd()
+    }
+
+    /// Completes every call that finished since the last drain.
+    fn drain(&self, py: Python<'_>) -> PyResult<()> {
+        let mut bytes = [0u8; 64];
+        while let Ok(read) = (&self.woken).read(&mut bytes) {
+            if read < bytes.len() {
+                break;
+            }
+        }
+        let done = std::mem::take(&mut *self.queue.done.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut first_error = None;
+        for completion in done {
+            if let Err(error) = hand_over(py, completion) {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -256,13 +448,13 @@ async fn connect_to(config_path: Option<PathBuf>) -> Result<NativeLocks, Failure
 
 /// Connects to every group of the topology (see [`topology`] for where it is found).
 #[pyfunction]
-#[pyo3(signature = (config_path, asynchronous))]
+#[pyo3(signature = (config_path, bridge))]
 fn connect(
     py: Python<'_>,
     config_path: Option<PathBuf>,
-    asynchronous: bool,
+    bridge: Option<Bound<'_, Bridge>>,
 ) -> PyResult<Py<PyAny>> {
-    run(py, asynchronous, connect_to(config_path))
+    run(py, bridge.as_ref(), connect_to(config_path))
 }
 
 /// A connection to every group; shared by all the leases it hands out.
@@ -273,7 +465,7 @@ struct NativeLocks {
 }
 
 /// What an acquire asks for.
-enum Target {
+enum Claim {
     One(String),
     All(Vec<String>),
     Permit { name: String, permits: u32 },
@@ -303,7 +495,7 @@ impl NativeLocks {
 
     /// Acquires and starts the keepalive. `kind` is "one" (names[0]), "all" (every name,
     /// all or nothing) or "permit" (one of `permits` permits of names[0]).
-    #[pyo3(signature = (kind, names, permits, ttl, wait, owner, purpose, asynchronous))]
+    #[pyo3(signature = (kind, names, permits, ttl, wait, owner, purpose, bridge))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
@@ -315,7 +507,7 @@ impl NativeLocks {
         wait: f64,
         owner: Option<String>,
         purpose: Option<String>,
-        asynchronous: bool,
+        bridge: Option<Bound<'_, Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
         let kind = kind.to_string();
@@ -330,20 +522,20 @@ impl NativeLocks {
                 purpose,
             };
             let first = || names.first().cloned().unwrap_or_default();
-            let target = match kind.as_str() {
-                "one" => Target::One(first()),
-                "all" => Target::All(names.clone()),
-                _ => Target::Permit {
+            let claim = match kind.as_str() {
+                "one" => Claim::One(first()),
+                "all" => Claim::All(names.clone()),
+                _ => Claim::Permit {
                     name: first(),
                     permits: u32::try_from(permits).map_err(|_| {
                         invalid("permits", format!("{permits} is not a count of permits"))
                     })?,
                 },
             };
-            let lease = match &target {
-                Target::One(name) => locks.acquire_with(name, &options).await?,
-                Target::All(names) => locks.acquire_all_with(names, &options).await?,
-                Target::Permit { name, permits } => {
+            let lease = match &claim {
+                Claim::One(name) => locks.acquire_with(name, &options).await?,
+                Claim::All(names) => locks.acquire_all_with(names, &options).await?,
+                Claim::Permit { name, permits } => {
                     locks.acquire_permit_with(name, *permits, &options).await?
                 }
             };
@@ -354,32 +546,38 @@ impl NativeLocks {
                 fencing_token: kept.fencing_token(),
                 ttl: kept.ttl(),
                 kept: Mutex::new(Some(kept)),
+                watcher: Mutex::new(None),
             })
         };
-        run(py, asynchronous, work)
+        run(py, bridge.as_ref(), work)
     }
 
     /// The lock as every group sees it, as JSON.
-    fn status(&self, py: Python<'_>, resource: String, asynchronous: bool) -> PyResult<Py<PyAny>> {
+    fn status(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        bridge: Option<Bound<'_, Bridge>>,
+    ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             let status = locks.status(&resource).await?;
             Ok(to_json(&status))
         })
     }
 
     /// One page of the current locks and semaphores, as JSON.
-    #[pyo3(signature = (prefix, limit, cursor, asynchronous))]
+    #[pyo3(signature = (prefix, limit, cursor, bridge))]
     fn list(
         &self,
         py: Python<'_>,
         prefix: String,
         limit: i64,
         cursor: Option<String>,
-        asynchronous: bool,
+        bridge: Option<Bound<'_, Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             let limit = usize::try_from(limit)
                 .map_err(|_| invalid("limit", format!("{limit} is not a count")))?;
             let list = locks.list_page(&prefix, limit, cursor.as_deref()).await?;
@@ -392,19 +590,19 @@ impl NativeLocks {
         &self,
         py: Python<'_>,
         name: String,
-        asynchronous: bool,
+        bridge: Option<Bound<'_, Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             let status = locks.semaphore_status(&name).await?;
             Ok(to_json(&status))
         })
     }
 
     /// Every group's health, as JSON.
-    fn health(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+    fn health(&self, py: Python<'_>, bridge: Option<Bound<'_, Bridge>>) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             let health = locks.health().await;
             Ok(to_json(&health))
         })
@@ -415,18 +613,18 @@ impl NativeLocks {
         &self,
         py: Python<'_>,
         resource: String,
-        asynchronous: bool,
+        bridge: Option<Bound<'_, Bridge>>,
     ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             Ok(locks.force_release(&resource).await?.released)
         })
     }
 
     /// Lets the calls in flight land, then closes every connection.
-    fn close(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+    fn close(&self, py: Python<'_>, bridge: Option<Bound<'_, Bridge>>) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
-        run(py, asynchronous, async move {
+        run(py, bridge.as_ref(), async move {
             locks.close().await;
             Ok(())
         })
@@ -447,6 +645,8 @@ struct NativeLease {
     fencing_token: u64,
     ttl: Duration,
     kept: Mutex<Option<KeptLease>>,
+    /// The task `watch_end` started.
+    watcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
 /// How a lease ended, as Python reads it: ("lost" | "max_hold" | "released", why).
@@ -468,6 +668,12 @@ impl NativeLease {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         read(kept.as_ref())
+    }
+
+    fn watcher(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::AbortHandle>> {
+        self.watcher
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn take(&self) -> Option<KeptLease> {
@@ -529,27 +735,44 @@ impl NativeLease {
         })
     }
 
-    /// An asyncio future that resolves when the lease ends, to ("lost" | "max_hold" |
-    /// "released", why).
-    fn wait_end(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let signal = self.with_kept(|kept| kept.map(KeptLease::lost_signal));
-        let future = pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            let end = match signal {
-                Some(signal) => signal.await,
-                None => LeaseEnd::Released,
-            };
-            Ok(end_tuple(&end))
-        })?;
-        Ok(future.unbind())
+    /// Calls `callback(("lost" | "max_hold", why))` on the bridge's event loop if the lease
+    /// ends before it is released; `stop_watching` (or the release) cancels that.
+    fn watch_end(&self, bridge: &Bound<'_, Bridge>, callback: Py<PyAny>) -> PyResult<()> {
+        let Some(signal) = self.with_kept(|kept| kept.map(KeptLease::lost_signal)) else {
+            return Ok(());
+        };
+        let queue = bridge.get().queue.clone();
+        let task = runtime()?.spawn(async move {
+            let end = signal.await;
+            // Released by its holder (or dropped): nobody needs telling.
+            if end != LeaseEnd::Released {
+                queue.complete(Completion {
+                    target: Target::Callback(callback),
+                    outcome: Ok(make(end_tuple(&end))),
+                });
+            }
+        });
+        if let Some(previous) = self.watcher().replace(task.abort_handle()) {
+            previous.abort();
+        }
+        Ok(())
+    }
+
+    /// Stops the watch `watch_end` started.
+    fn stop_watching(&self) {
+        if let Some(handle) = self.watcher().take() {
+            handle.abort();
+        }
     }
 
     /// Stops the keepalive and releases the lease on every group; returns whether this call
     /// deleted the lock (false when it was gone already, or released before).
-    fn release(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+    fn release(&self, py: Python<'_>, bridge: Option<Bound<'_, Bridge>>) -> PyResult<Py<PyAny>> {
         // Taken out now: should the call be dropped before it runs, dropping the lease still
         // releases it in the background.
         let kept = self.take();
-        run(py, asynchronous, async move {
+        self.stop_watching();
+        run(py, bridge.as_ref(), async move {
             match kept {
                 Some(kept) => Ok(kept.release().await?.released),
                 None => Ok(false),
@@ -558,11 +781,38 @@ impl NativeLease {
     }
 }
 
+/// Sequential acquire+release cycles of `resource` on the engine alone, with no Python in
+/// the loop: each acquire's time in microseconds. python/bench.py compares the package's
+/// acquire with it, in the same process against the same groups.
+#[pyfunction]
+fn _engine_acquire_micros(
+    py: Python<'_>,
+    locks: &NativeLocks,
+    resource: String,
+    samples: usize,
+    ttl: f64,
+) -> PyResult<Vec<f64>> {
+    let locks = locks.locks.clone();
+    block(py, async move {
+        let ttl = seconds("ttl", ttl)?;
+        let mut micros = Vec::with_capacity(samples);
+        for _ in 0..samples {
+            let started = std::time::Instant::now();
+            let lease = locks.acquire(resource.as_str()).ttl(ttl).await?;
+            micros.push(started.elapsed().as_secs_f64() * 1e6);
+            lease.release().await?;
+        }
+        Ok(micros)
+    })
+}
+
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(connect, module)?)?;
+    module.add_function(wrap_pyfunction!(_engine_acquire_micros, module)?)?;
     module.add_class::<NativeLocks>()?;
     module.add_class::<NativeLease>()?;
+    module.add_class::<Bridge>()?;
     module.add("MAX_PERMITS", quorumlock::MAX_PERMITS)?;
     module.add("MAX_SET_RESOURCES", quorumlock::MAX_SET_RESOURCES)?;
     module.add("MAX_LIST_LIMIT", quorumlock::MAX_LIST_LIMIT)?;
