@@ -28,6 +28,7 @@ Once listening it prints `quorumlock mcp listening on http(s)://HOST:PORT/mcp` o
 Examples:
   quorumlock --lab serve                                   # stdio, against the running lab
   QUORUMLOCK_MCP_TOKEN=$(openssl rand -hex 32) quorumlock --config prod.toml serve --http 0.0.0.0:8848 --allowed-host locks.internal --tls-cert /etc/quorumlock/tls.crt --tls-key /etc/quorumlock/tls.key
+  quorumlock --lab serve --http 127.0.0.1:8848 --stateless   # no MCP sessions: any server behind a load balancer takes any call
   quorumlock --lab serve --bench                           # p50/p99 of acquire_lock+release_lock over stdio and HTTP
   quorumlock --lab serve --bench-sessions 1000 --bench-seconds 60   # 1000 sessions holding keepalive leases, 64 more acquiring";
 
@@ -48,6 +49,11 @@ pub struct ServeArgs {
     /// Host header accepted on /mcp and /metrics, repeatable (DNS-rebinding protection). Default: localhost, 127.0.0.1, ::1.
     #[arg(long = "allowed-host", value_name = "HOST", requires = "http")]
     allowed_hosts: Vec<String>,
+    /// Open no MCP session for any client, whatever protocol version it speaks, so any server
+    /// behind a plain load balancer can take any call. keepalive: true is refused; agents
+    /// renew with extend_lock.
+    #[arg(long, requires = "http", conflicts_with = "session_idle_secs")]
+    stateless: bool,
     /// Serve https with this PEM certificate chain (with --tls-key).
     #[arg(long, value_name = "FILE", requires_all = ["http", "tls_key"])]
     tls_cert: Option<PathBuf>,
@@ -141,6 +147,7 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
             token: BearerToken::load(args.token_file.as_deref())?,
             allowed_hosts: args.allowed_hosts.clone(),
             session_idle: Duration::from_secs(args.session_idle_secs),
+            stateless: args.stateless,
             tls: match (&args.tls_cert, &args.tls_key) {
                 (Some(cert), Some(key)) => Some(TlsFiles {
                     cert: cert.clone(),

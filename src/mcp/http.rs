@@ -51,6 +51,9 @@ pub struct HttpOptions {
     pub allowed_hosts: Vec<String>,
     /// A session without requests for this long is closed and its keepalive leases released.
     pub session_idle: Duration,
+    /// Open no MCP session for any client: every call stands alone, so any server behind a
+    /// load balancer can take it. `keepalive: true` is refused, as it needs a session.
+    pub stateless: bool,
     /// Serve `https` with this certificate and key; `None`: plain `http`.
     pub tls: Option<TlsFiles>,
 }
@@ -62,6 +65,7 @@ impl HttpOptions {
             token: None,
             allowed_hosts: Vec::new(),
             session_idle: DEFAULT_SESSION_IDLE,
+            stateless: false,
             tls: None,
         }
     }
@@ -83,90 +87,9 @@ pub async fn serve_http(
 ) -> Result<(), ServeError> {
     // Read before binding, so a bad certificate fails at once.
     let tls = options.tls.as_ref().map(server_config).transpose()?;
-    let listener = tokio::net::TcpListener::bind(&options.listen)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: options.listen.clone(),
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(ServeError::Http)?;
-    if options.token.is_none() && !addr.ip().is_loopback() {
-        return Err(ServeError::TokenRequired { addr });
-    }
-    if options.token.is_none() {
-        tracing::warn!(%addr, "serving HTTP without a bearer token (allowed on loopback only); set QUORUMLOCK_MCP_TOKEN to require one");
-    }
-    if let Some(warning) = plain_http_warning(addr, tls.is_some()) {
-        tracing::warn!(%addr, "{warning}");
-    }
-    if options.allowed_hosts.is_empty() && !addr.ip().is_loopback() {
-        tracing::warn!(%addr, "no --allowed-host given: /mcp and /metrics only accept Host headers naming localhost, 127.0.0.1 or ::1");
-    }
-
+    let (listener, addr) = bind(&options, tls.is_some()).await?;
     let stop = CancellationToken::new();
-    let hosts = Arc::new(AllowedHosts::new(&options.allowed_hosts));
-    let config = StreamableHttpServerConfig::default()
-        .with_cancellation_token(stop.child_token())
-        .with_max_request_body_bytes(MAX_REQUEST_BYTES)
-        .with_allowed_hosts(hosts.entries().to_vec());
-    let shared = Arc::clone(&server.shared);
-    let sessions = Arc::new(TrackedSessions::new(
-        Arc::clone(&shared.sessions),
-        Arc::clone(&shared.metrics),
-        options.session_idle,
-        shared.capacity.max_sessions,
-    ));
-    let mcp = StreamableHttpService::new(
-        move || Ok(LockServer::new(Arc::clone(&shared), Transport::Http)),
-        Arc::clone(&sessions),
-        config,
-    );
-    let mcp = Router::new()
-        .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn(answer_delete_with_no_content))
-        .layer(axum::middleware::from_fn_with_state(
-            sessions,
-            refuse_beyond_max_sessions,
-        ));
-    let metrics_route = Router::new().route(
-        "/metrics",
-        get(metrics).with_state(Arc::clone(&server.shared)),
-    );
-    let groups = GroupWatch::new(
-        server.shared.locks.clone(),
-        Arc::clone(&server.shared.timeline),
-    );
-    groups.spawn(stop.child_token());
-    let snapshots = Arc::new(Snapshots::new(
-        server.shared.locks.clone(),
-        groups,
-        Arc::clone(&server.shared.timeline),
-        Arc::clone(&server.shared.waiting),
-    ));
-    // The dashboard's page and files carry no data: an allowed Host is enough for them.
-    let pages = dashboard::pages().layer(axum::middleware::from_fn_with_state(
-        Arc::clone(&hosts),
-        require_allowed_host,
-    ));
-    let protected = mcp
-        .merge(metrics_route)
-        .merge(dashboard::api(snapshots))
-        .layer(axum::middleware::from_fn_with_state(
-            hosts,
-            require_allowed_host,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            options.token.clone(),
-            require_bearer,
-        ));
-    let app = Router::new()
-        .route("/healthz", get(healthz))
-        .route(
-            "/readyz",
-            get(readyz).with_state(Readiness::new(server.shared.locks.clone())),
-        )
-        .merge(pages)
-        .merge(protected);
+    let app = app(server, &options, &stop);
 
     on_listening(addr);
     let stopping = stop.clone();
@@ -193,6 +116,113 @@ pub async fn serve_http(
     stop.cancel();
     server.release_all(RELEASE_ON_SHUTDOWN_TIMEOUT).await;
     Ok(())
+}
+
+/// Binds the listener, refuses a tokenless non-loopback address and warns about the rest.
+async fn bind(
+    options: &HttpOptions,
+    tls: bool,
+) -> Result<(tokio::net::TcpListener, SocketAddr), ServeError> {
+    let listener = tokio::net::TcpListener::bind(&options.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: options.listen.clone(),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServeError::Http)?;
+    if options.token.is_none() && !addr.ip().is_loopback() {
+        return Err(ServeError::TokenRequired { addr });
+    }
+    if options.token.is_none() {
+        tracing::warn!(%addr, "serving HTTP without a bearer token (allowed on loopback only); set QUORUMLOCK_MCP_TOKEN to require one");
+    }
+    if let Some(warning) = plain_http_warning(addr, tls) {
+        tracing::warn!(%addr, "{warning}");
+    }
+    if options.allowed_hosts.is_empty() && !addr.ip().is_loopback() {
+        tracing::warn!(%addr, "no --allowed-host given: /mcp and /metrics only accept Host headers naming localhost, 127.0.0.1 or ::1");
+    }
+    Ok((listener, addr))
+}
+
+/// Every route with its layers: `/healthz`, `/readyz` and the dashboard's pages open, the rest
+/// behind the token and the `Host` check.
+fn app(server: &McpServer, options: &HttpOptions, stop: &CancellationToken) -> Router {
+    let hosts = Arc::new(AllowedHosts::new(&options.allowed_hosts));
+    let metrics_route = Router::new().route(
+        "/metrics",
+        get(metrics).with_state(Arc::clone(&server.shared)),
+    );
+    let groups = GroupWatch::new(
+        server.shared.locks.clone(),
+        Arc::clone(&server.shared.timeline),
+    );
+    groups.spawn(stop.child_token());
+    let snapshots = Arc::new(Snapshots::new(
+        server.shared.locks.clone(),
+        groups,
+        Arc::clone(&server.shared.timeline),
+        Arc::clone(&server.shared.waiting),
+    ));
+    // The dashboard's page and files carry no data: an allowed Host is enough for them.
+    let pages = dashboard::pages().layer(axum::middleware::from_fn_with_state(
+        Arc::clone(&hosts),
+        require_allowed_host,
+    ));
+    let protected = mcp_route(server, options, &hosts, stop)
+        .merge(metrics_route)
+        .merge(dashboard::api(snapshots))
+        .layer(axum::middleware::from_fn_with_state(
+            hosts,
+            require_allowed_host,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            options.token.clone(),
+            require_bearer,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route(
+            "/readyz",
+            get(readyz).with_state(Readiness::new(server.shared.locks.clone())),
+        )
+        .merge(pages)
+        .merge(protected)
+}
+
+/// `/mcp`: rmcp's streamable HTTP service behind the session cap.
+fn mcp_route(
+    server: &McpServer,
+    options: &HttpOptions,
+    hosts: &AllowedHosts,
+    stop: &CancellationToken,
+) -> Router {
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(stop.child_token())
+        .with_max_request_body_bytes(MAX_REQUEST_BYTES)
+        // Clients on the newest protocol are served without a session either way; this
+        // decides for the older versions.
+        .with_legacy_session_mode(!options.stateless)
+        .with_allowed_hosts(hosts.entries().to_vec());
+    let shared = Arc::clone(&server.shared);
+    let sessions = Arc::new(TrackedSessions::new(
+        Arc::clone(&shared.sessions),
+        Arc::clone(&shared.metrics),
+        options.session_idle,
+        shared.capacity.max_sessions,
+    ));
+    let mcp = StreamableHttpService::new(
+        move || Ok(LockServer::new(Arc::clone(&shared), Transport::Http)),
+        Arc::clone(&sessions),
+        config,
+    );
+    Router::new()
+        .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(answer_delete_with_no_content))
+        .layer(axum::middleware::from_fn_with_state(
+            sessions,
+            refuse_beyond_max_sessions,
+        ))
 }
 
 /// The warning for plain HTTP where the token would cross a network: off loopback, no TLS.

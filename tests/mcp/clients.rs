@@ -642,3 +642,40 @@ async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_http_and_
     assert!(!refused.status.success(), "a wrong token must be refused");
     assert_eq!(std::fs::read_to_string(&store).expect("store"), before);
 }
+
+#[tokio::test]
+async fn the_python_agent_works_against_a_stateless_server() {
+    let Some(python) = python_with_sdk() else {
+        return;
+    };
+    let fx = lab().await;
+    let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
+    let token = "a-token-for-the-stateless-agent";
+    // Room for one session: a server that opened one for the raw client below would refuse
+    // the SDK's.
+    let flags = ["--stateless", "--max-sessions", "1"];
+    let server = mcp_support::http_server(&config, Some(token), &flags).await;
+    let bearer = format!("Bearer {token}");
+    let [content_type, accept] = mcp_support::MCP_POST_HEADERS;
+    let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+    let (status, body) = mcp_support::raw_http(
+        &server.addr,
+        "POST",
+        "/mcp",
+        &headers,
+        mcp_support::RAW_INITIALIZE,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let store = fx.path("store.json");
+    let agent = [
+        "--url",
+        server.url.as_str(),
+        "--store",
+        store.to_str().expect("UTF-8 path"),
+        "--resource",
+        "report:stateless",
+    ];
+    let stdout = run_agent(&python, &agent, &[("QUORUMLOCK_MCP_TOKEN", token)]).await;
+    check_agent_run(&fx, &stdout, &store, "report:stateless").await;
+}

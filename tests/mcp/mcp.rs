@@ -735,6 +735,18 @@ async fn keepalive_leases_are_released_when_the_http_session_expires() {
     .await;
 }
 
+/// The helper's name as the test harness lists it: its module path without the crate's
+/// name, since `--exact` matches the whole name.
+fn helper_test_name() -> String {
+    let module = module_path!();
+    let module = module.split_once("::").map_or("", |(_, rest)| rest);
+    if module.is_empty() {
+        "stdio_client_helper".to_string()
+    } else {
+        format!("{module}::stdio_client_helper")
+    }
+}
+
 /// The helper for the next test: an MCP client in its own process, so that the test can kill
 /// it like a crashed agent. It runs only when started by that test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -765,7 +777,7 @@ async fn keepalive_is_released_when_the_stdio_client_is_killed() {
         let mut helper =
             tokio::process::Command::new(std::env::current_exe().expect("test binary"))
                 .args([
-                    "stdio_client_helper",
+                    &helper_test_name(),
                     "--exact",
                     "--ignored",
                     "--nocapture",
@@ -2076,4 +2088,221 @@ async fn https_serves_an_mcp_client_that_trusts_the_lab_ca_and_fails_one_that_do
         "{}",
         String::from_utf8_lossy(&answer)
     );
+}
+
+/// One tools/call by raw HTTP with no session and a client on an older protocol version;
+/// returns the structured answer, or the error text as `{"error": …}`.
+async fn stateless_call(addr: &str, tool: &str, arguments: Value) -> Value {
+    let bearer = format!("Bearer {TOKEN}");
+    let [content_type, accept] = MCP_POST_HEADERS;
+    let headers = [
+        content_type,
+        accept,
+        ("Authorization", bearer.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let request = json!({
+        "jsonrpc": "2.0",
+        "id": 2,
+        "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments},
+    });
+    let body = serde_json::to_vec(&request).expect("request");
+    let (status, head, body) = raw_http_response(addr, "POST", "/mcp", &headers, &body).await;
+    assert_eq!(status, 200, "{head}\n{body}");
+    assert!(
+        !head.to_lowercase().contains("mcp-session-id"),
+        "a stateless call got a session: {head}"
+    );
+    // The answer comes as JSON or as one server-sent event.
+    let message = body
+        .lines()
+        .map(|line| line.strip_prefix("data:").unwrap_or(line).trim())
+        .find_map(|line| {
+            serde_json::from_str::<Value>(line)
+                .ok()
+                .filter(|v| v["id"] == json!(2))
+        })
+        .unwrap_or_else(|| panic!("no answer to the call in {body}"));
+    let result = &message["result"];
+    if result["isError"] == json!(true) {
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        return json!({ "error": text });
+    }
+    result["structuredContent"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stateless_servers_open_no_session_and_either_takes_any_call() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let config = fx.lab.config_path();
+        let first = http_server(&config, Some(TOKEN), &["--stateless"]).await;
+        let second = http_server(&config, Some(TOKEN), &["--stateless"]).await;
+        // An older client's initialize opens no session.
+        let bearer = format!("Bearer {TOKEN}");
+        let [content_type, accept] = MCP_POST_HEADERS;
+        let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+        let (status, head, body) =
+            raw_http_response(&first.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(!head.to_lowercase().contains("mcp-session-id"), "{head}");
+
+        // A lock taken through one server is held for the other, which can release it.
+        let granted = stateless_call(
+            &first.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:job", "ttl_ms": 10000}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true), "{granted}");
+        assert_eq!(granted["keepalive"], json!(false), "{granted}");
+        let token = str_of(&granted, "token").to_string();
+        let refused = stateless_call(
+            &second.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:job"}),
+        )
+        .await;
+        assert_eq!(refused["acquired"], json!(false), "{refused}");
+        let released = stateless_call(
+            &second.addr,
+            "release_lock",
+            json!({"resource": "stateless:job", "token": token}),
+        )
+        .await;
+        assert_eq!(released["released"], json!(true), "{released}");
+        assert!(!fx.locks.status("stateless:job").await.expect("status").held);
+
+        // Keepalive needs a session, so it is refused by name and nothing is left held.
+        let keepalive = stateless_call(
+            &first.addr,
+            "acquire_lock",
+            json!({"resource": "stateless:kept", "keepalive": true}),
+        )
+        .await;
+        let error = keepalive["error"].as_str().unwrap_or_default();
+        assert!(error.contains("`keepalive`"), "{keepalive}");
+        assert!(
+            !fx.locks
+                .status("stateless:kept")
+                .await
+                .expect("status")
+                .held
+        );
+
+        // Neither server keeps a session.
+        for server in [&first, &second] {
+            let (status, metrics) = raw_http(
+                &server.addr,
+                "GET",
+                "/metrics",
+                &[("Authorization", &bearer)],
+                b"",
+            )
+            .await;
+            assert_eq!(status, 200);
+            assert!(metrics.contains("quorumlock_mcp_sessions 0"), "{metrics}");
+        }
+    })
+    .await;
+}
+
+/// One agent's turns on a contended resource: it takes the lock `turns` times through its
+/// own session, holds it briefly, and returns each hold's span with its fencing token.
+async fn take_turns(client: Client, resource: &'static str, turns: usize) -> Vec<Hold> {
+    let mut holds = Vec::new();
+    for _ in 0..turns {
+        let granted = ok(
+            &client,
+            "acquire_lock",
+            json!({"resource": resource, "ttl_ms": 10000, "wait_ms": 30000}),
+        )
+        .await;
+        assert_eq!(granted["acquired"], json!(true), "{granted}");
+        let start = Instant::now();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        let end = Instant::now();
+        holds.push(Hold {
+            fence: u64_of(&granted, "fencing_token"),
+            start,
+            end,
+        });
+        release(&client, resource, str_of(&granted, "token")).await;
+    }
+    let _ = client.cancel().await;
+    holds
+}
+
+struct Hold {
+    fence: u64,
+    start: Instant,
+    end: Instant,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_share_one_lock_space_and_a_killed_ones_keepalive_leases_expire() {
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(120), async {
+        // Retries 20 s apart: a waiter that gets the lock sooner was woken by the release.
+        let mut topology = fx.topology.clone();
+        topology.retry_delay_ms = 20_000;
+        let config = fx.file("slow-retries.toml", &topology.to_toml());
+        let mut first = http_server(&config, Some(TOKEN), &[]).await;
+        let second = http_server(&config, Some(TOKEN), &[]).await;
+
+        // Agents on both servers contend for one resource: no two holds overlap, and the
+        // fencing tokens grow in the order of the holds.
+        let mut agents = Vec::new();
+        for server in [&first, &second, &first, &second] {
+            let (client, _) = server.connect(Some(TOKEN)).await.expect("connect");
+            agents.push(tokio::spawn(take_turns(client, "shared:job", 5)));
+        }
+        let mut holds = Vec::new();
+        for agent in agents {
+            holds.extend(agent.await.expect("agent"));
+        }
+        assert_eq!(holds.len(), 20);
+        holds.sort_by_key(|hold| hold.start);
+        for pair in holds.windows(2) {
+            assert!(pair[0].end <= pair[1].start, "two holds overlap");
+            assert!(pair[0].fence < pair[1].fence, "fencing tokens went back");
+        }
+
+        // A server that dies takes its sessions with it: their keepalive leases stop being
+        // renewed and expire within their TTL, and an agent on the other server gets the lock.
+        let (holder, _) = first.connect(Some(TOKEN)).await.expect("connect");
+        let kept = ok(
+            &holder,
+            "acquire_lock",
+            json!({"resource": "shared:kept", "ttl_ms": 5000, "keepalive": true}),
+        )
+        .await;
+        assert_eq!(kept["keepalive"], json!(true), "{kept}");
+        let (agent, _) = second.connect(Some(TOKEN)).await.expect("connect");
+        first.kill().await;
+        let killed = Instant::now();
+        // The expiry is not announced, so the agent asks again now and then. The last
+        // renewal came before the kill, so the lease ends within its TTL of it.
+        let taken = loop {
+            let answer = ok(
+                &agent,
+                "acquire_lock",
+                json!({"resource": "shared:kept", "ttl_ms": 5000}),
+            )
+            .await;
+            if answer["acquired"] == json!(true) {
+                break answer;
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(15),
+                "the killed server's keepalive lease (TTL 5 s) still held: {answer}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        assert!(u64_of(&taken, "fencing_token") > u64_of(&kept, "fencing_token"));
+        drop(holder);
+        let _ = agent.cancel().await;
+    })
+    .await;
 }

@@ -278,6 +278,18 @@ impl HttpServer {
             .expect("wait for the server")
     }
 
+    /// Sends SIGKILL, as a crash would, and waits for the exit.
+    pub async fn kill(&mut self) {
+        // SAFETY: kill(2) on our own child, which has not been reaped (we still hold it).
+        unsafe {
+            libc::kill(self.pid() as libc::pid_t, libc::SIGKILL);
+        }
+        tokio::time::timeout(Duration::from_secs(20), self.child.wait())
+            .await
+            .expect("the server exits within 20 s of SIGKILL")
+            .expect("wait for the server");
+    }
+
     /// Opens an MCP session with rmcp's streamable HTTP client.
     pub async fn connect(
         &self,
