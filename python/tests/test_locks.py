@@ -81,17 +81,22 @@ def test_two_hundred_waiting_tasks_leave_the_event_loop_running(lab: Lab) -> Non
         locks = await quorumlock.aconnect(lab.config)
         held: Dict[str, List[Held]] = {f"many:{n}": [] for n in range(4)}
         done = asyncio.Event()
-        ticks = 0
+        waiting = 0
+        # The most tasks seen waiting inside the engine by another task of the loop.
+        most_seen_waiting = 0
 
         async def ticker() -> None:
-            nonlocal ticks
+            nonlocal most_seen_waiting
             while not done.is_set():
-                ticks += 1
+                most_seen_waiting = max(most_seen_waiting, waiting)
                 await asyncio.sleep(0.001)
 
         async def one(n: int) -> None:
+            nonlocal waiting
             resource = f"many:{n % 4}"
+            waiting += 1
             async with locks.lock(resource, ttl=10, wait=120) as lease:
+                waiting -= 1
                 start = time.monotonic_ns()
                 await asyncio.sleep(0)
                 held[resource].append(
@@ -106,8 +111,8 @@ def test_two_hundred_waiting_tasks_leave_the_event_loop_running(lab: Lab) -> Non
         assert sum(len(h) for h in held.values()) == 200
         for blocks in held.values():
             check_exclusive(blocks)
-        # The loop went on running other work while the tasks waited in the engine.
-        assert ticks > 0
+        # The loop went on running other work while most of the tasks waited in the engine.
+        assert most_seen_waiting >= 100, most_seen_waiting
 
     asyncio.run(body())
 
