@@ -488,6 +488,13 @@ impl KeptLease {
         self.watch.ended_now().await
     }
 
+    /// [`KeptLease::lost`] as a future that does not borrow the lease: for a caller that
+    /// waits for the end in another task while it keeps the lease (and may release it).
+    pub fn lost_signal(&self) -> impl Future<Output = LeaseEnd> + Send + use<> {
+        let watch = self.watch.clone();
+        async move { watch.ended_now().await }
+    }
+
     /// A view of the lease's state that follows its renewals (see [`LeaseWatch`]).
     pub(crate) fn watch(&self) -> LeaseWatch {
         self.watch.clone()
