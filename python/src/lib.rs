@@ -785,12 +785,14 @@ impl NativeLease {
 /// the loop: each acquire's time in microseconds. python/bench.py compares the package's
 /// acquire with it, in the same process against the same groups.
 #[pyfunction]
+#[pyo3(signature = (locks, resource, samples, ttl, keepalive=false))]
 fn _engine_acquire_micros(
     py: Python<'_>,
     locks: &NativeLocks,
     resource: String,
     samples: usize,
     ttl: f64,
+    keepalive: bool,
 ) -> PyResult<Vec<f64>> {
     let locks = locks.locks.clone();
     block(py, async move {
@@ -799,8 +801,15 @@ fn _engine_acquire_micros(
         for _ in 0..samples {
             let started = std::time::Instant::now();
             let lease = locks.acquire(resource.as_str()).ttl(ttl).await?;
-            micros.push(started.elapsed().as_secs_f64() * 1e6);
-            lease.release().await?;
+            if keepalive {
+                // What a `with` block does before its body runs.
+                let kept = lease.keepalive();
+                micros.push(started.elapsed().as_secs_f64() * 1e6);
+                kept.release().await?;
+            } else {
+                micros.push(started.elapsed().as_secs_f64() * 1e6);
+                lease.release().await?;
+            }
         }
         Ok(micros)
     })
