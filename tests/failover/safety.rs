@@ -845,7 +845,16 @@ async fn admit_refuses_a_master_with_replicas_and_min_replicas_to_write_0_naming
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_group_with_a_larger_lag_than_the_others_adopts_at_least_its_own_window_after_losing_its_data()
  {
-    let mut fx = common::sentinel_lab().await;
+    // Sentinel must not promote g2's replica, which holds the policy, while its master
+    // restarts: that restart takes longer than the lab's 500 ms down-after on a busy machine.
+    let mut fx = common::fixture(
+        |spec| quorumlock::lab::LabSpec {
+            down_after_ms: 60_000,
+            ..spec
+        },
+        |topology| topology,
+    )
+    .await;
     fx.lab.restart(1).await.expect("restart g2 empty");
     // Set after the restart: the node's config file still has the lab's lag.
     fx.lab
