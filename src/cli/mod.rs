@@ -305,7 +305,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 source = location.source.describe(),
                 "topology file"
             );
-            serve::run(args, topology).await
+            serve::run(args, topology, &cli.lab_dir).await
         }
     }
 }

@@ -2,7 +2,7 @@
 //! (`--http ADDR`), `--bench` to measure tool-call round trips against the topology, and
 //! `--bench-sessions` to measure the agent-swarm load (many sessions holding keepalive leases).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 #[cfg(feature = "mcp-bench")]
@@ -35,6 +35,9 @@ Examples:
 /// The shortest ttl_ms agents may ask for, unless set: a margin against clock drift and
 /// process pauses.
 const DEFAULT_MIN_TTL_MS: u64 = 5_000;
+
+/// The TTL --bench-sessions holds its leases at: the default agents get.
+const BENCH_TTL_MS: u64 = crate::DEFAULT_TTL.as_millis() as u64;
 
 #[derive(Debug, Clone, Args)]
 #[command(after_help = AFTER_HELP)]
@@ -94,14 +97,21 @@ pub struct ServeArgs {
     /// Measured rounds per transport for --bench.
     #[arg(long, default_value_t = 2000, requires = "bench")]
     bench_rounds: usize,
-    /// Open this many HTTP sessions against a server child, each holding a keepalive lease at
-    /// the minimum TTL, while 64 more acquire and release; report renewals on time, leases
-    /// lost, server memory per session, CPU per renewal and acquire_lock p50/p99, then exit.
+    /// Open this many HTTP sessions against a server child, each holding a keepalive lease,
+    /// while 64 more acquire and release; report renewals on time, leases lost, server memory
+    /// per session, CPU per renewal and acquire_lock p50/p99, then exit.
     #[arg(long, value_name = "N", conflicts_with_all = ["http", "token_file", "allowed_hosts", "bench"], value_parser = clap::value_parser!(u64).range(1..))]
     bench_sessions: Option<u64>,
     /// How long --bench-sessions holds the leases while the 64 sessions acquire and release.
     #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "bench_sessions", value_parser = clap::value_parser!(u64).range(1..))]
     bench_seconds: u64,
+    /// The TTL of the leases --bench-sessions holds.
+    #[arg(long, value_name = "MS", default_value_t = BENCH_TTL_MS, requires = "bench_sessions", value_parser = clap::value_parser!(u64).range(1..))]
+    bench_ttl_ms: u64,
+    /// Run --bench-sessions against a `--stateless` server: each agent takes a plain lease
+    /// and renews it with extend_lock.
+    #[arg(long, requires = "bench_sessions")]
+    bench_stateless: bool,
     /// Sessions that acquire and release during --bench-sessions.
     #[arg(
         long,
@@ -115,7 +125,7 @@ pub struct ServeArgs {
     report_renewals: bool,
 }
 
-pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8> {
+pub async fn run(args: &ServeArgs, mut topology: Topology, lab_dir: &Path) -> anyhow::Result<u8> {
     if let Some(max_hold_ms) = args.max_hold_ms {
         topology.max_hold_ms = max_hold_ms;
         topology.validate()?;
@@ -135,7 +145,7 @@ pub async fn run(args: &ServeArgs, mut topology: Topology) -> anyhow::Result<u8>
         return run_bench(args, &topology).await;
     }
     if let Some(sessions) = args.bench_sessions {
-        return run_load(args, &topology, limits.min_ttl, sessions).await;
+        return run_load(args, &topology, lab_dir, sessions).await;
     }
     // Settings are checked before connecting, so a bad flag fails at once.
     if args.token_file.is_some() && std::env::var_os(BearerToken::ENV).is_some() {
@@ -250,7 +260,7 @@ async fn run_bench(_args: &ServeArgs, _topology: &Topology) -> anyhow::Result<u8
 async fn run_load(
     _args: &ServeArgs,
     _topology: &Topology,
-    _ttl: Duration,
+    _lab_dir: &Path,
     _sessions: u64,
 ) -> anyhow::Result<u8> {
     anyhow::bail!(
@@ -262,11 +272,16 @@ async fn run_load(
 async fn run_load(
     args: &ServeArgs,
     topology: &Topology,
-    ttl: Duration,
+    lab_dir: &Path,
     sessions: u64,
 ) -> anyhow::Result<u8> {
     use crate::bench::load::{self, LoadOptions};
     let config = config_file(topology)?;
+    let ttl = Duration::from_millis(args.bench_ttl_ms);
+    // The masters' CPU is read from their PIDs, known only for a lab.
+    let master_pids = crate::lab::Lab::open(lab_dir)
+        .map(|lab| lab.master_pids())
+        .unwrap_or_default();
     let options = LoadOptions {
         binary: std::env::current_exe()
             .context("cannot find this executable to start the server")?,
@@ -275,10 +290,17 @@ async fn run_load(
         hold: Duration::from_secs(args.bench_seconds),
         churn_sessions: args.bench_churn,
         ttl,
+        stateless: args.bench_stateless,
+        master_pids,
     };
     eprintln!(
-        "opening {} sessions, each taking a keepalive lease with ttl {} ms",
+        "opening {} {}, each taking a lease with ttl {} ms",
         options.sessions,
+        if options.stateless {
+            "stateless agents"
+        } else {
+            "sessions"
+        },
         ttl.as_millis()
     );
     let report = load::run(&options).await?;

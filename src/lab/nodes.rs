@@ -156,6 +156,16 @@ impl Lab {
             .collect()
     }
 
+    /// The PIDs of the masters the lab started (a failover may have moved the role).
+    pub fn master_pids(&self) -> Vec<u32> {
+        self.state
+            .nodes
+            .iter()
+            .filter(|node| node.kind == NodeKind::Master)
+            .map(|node| node.pid)
+            .collect()
+    }
+
     pub(super) async fn status_of(&self, record: &NodeRecord) -> NodeStatus {
         let relay = match &record.relay {
             Some(relay) => Some(relay_view(relay).await),
