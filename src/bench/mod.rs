@@ -423,16 +423,7 @@ async fn cycles(
     let cycles_per_sec = cycles as f64 / started.elapsed().as_secs_f64();
     let (server, server_unread) = match before {
         None => (None, None),
-        Some(before) => match (before, Snapshot::take(locks).await) {
-            (Ok(before), Ok(after)) => match before.cost(&after, cycles) {
-                Some(cost) => (Some(cost), None),
-                None => (
-                    None,
-                    Some("no cycle ran, or the primaries changed during the phase".to_string()),
-                ),
-            },
-            (Err(error), _) | (_, Err(error)) => (None, Some(error)),
-        },
+        Some(before) => server_cost(locks, before, cycles).await,
     };
     Throughput {
         concurrency,
@@ -442,6 +433,25 @@ async fn cycles(
         server,
         server_unread,
         error_causes,
+    }
+}
+
+/// The primaries' cost of `cycles`, from the snapshot before the phase and one taken now; or
+/// why it could not be read.
+async fn server_cost(
+    locks: &Locks,
+    before: Result<Snapshot, String>,
+    cycles: u64,
+) -> (Option<ServerCost>, Option<String>) {
+    match (before, Snapshot::take(locks).await) {
+        (Ok(before), Ok(after)) => match before.cost(&after, cycles) {
+            Some(cost) => (Some(cost), None),
+            None => (
+                None,
+                Some("no cycle ran, or the primaries changed during the phase".to_string()),
+            ),
+        },
+        (Err(error), _) | (_, Err(error)) => (None, Some(error)),
     }
 }
 
