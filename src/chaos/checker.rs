@@ -200,99 +200,121 @@ impl Checker {
     /// holder that was already there: it is labelled only when the holders it does not
     /// explain fit within the count.
     pub fn verdict_with(&self, jumps: &[Instant], in_flight: Duration) -> Verdict {
-        let explained = |earlier: &Hold, later: &Hold| {
-            earlier.clock_broken
-                || jumps.iter().any(|jump| {
-                    earlier.acquired_at <= *jump + in_flight
-                        && earlier.relied_until() > *jump
-                        && later.acquired_at > *jump
-                })
-        };
+        let broken = BrokenAssumptions { jumps, in_flight };
         let holds = self.holds();
         let mut verdict = Verdict {
             holds: holds.len(),
             ..Verdict::default()
         };
-
-        // No two holders of one resource, or of one slot, at once; tokens only grow on each.
-        let mut by_unit: HashMap<Unit<'_>, Vec<&Hold>> = HashMap::new();
-        for hold in &holds {
-            for unit in hold.units() {
-                by_unit.entry(unit).or_default().push(hold);
-            }
-        }
-        for (unit, list) in by_unit.iter_mut() {
-            list.sort_by_key(|h| h.acquired_at);
-            for (index, earlier) in list.iter().enumerate() {
-                for later in &list[index + 1..] {
-                    if later.acquired_at >= earlier.relied_until() {
-                        break;
-                    }
-                    if explained(earlier, later) {
-                        verdict.overlaps_assumption_broken += 1;
-                    } else {
-                        verdict.overlaps += 1;
-                        verdict.set_overlaps += usize::from(earlier.is_set() || later.is_set());
-                        verdict.slot_overlaps += usize::from(unit.slot.is_some());
-                    }
-                }
-            }
-            for pair in list.windows(2) {
-                if pair[1].fencing_token <= pair[0].fencing_token {
-                    verdict.fencing_regressions += 1;
-                    verdict.set_fencing_regressions +=
-                        usize::from(pair[0].is_set() || pair[1].is_set());
-                    verdict.slot_fencing_regressions += usize::from(unit.slot.is_some());
-                }
-            }
-        }
-
-        // Never more permits of a semaphore held at once than it has.
-        let mut by_semaphore: HashMap<&str, Vec<&Hold>> = HashMap::new();
-        for hold in &holds {
-            if hold.permit.is_some() {
-                by_semaphore
-                    .entry(hold.resource.as_str())
-                    .or_default()
-                    .push(hold);
-            }
-        }
-        let mut names: Vec<&str> = by_semaphore.keys().copied().collect();
-        names.sort_unstable();
-        for name in names {
-            let list = by_semaphore.get_mut(name).expect("listed");
-            list.sort_by_key(|h| h.acquired_at);
-            let Some(permits) = list
-                .iter()
-                .filter_map(|h| h.permit.and_then(|p| p.permits))
-                .min()
-            else {
-                continue;
-            };
-            let mut most_held = 0;
-            // The holders still relying on a permit when the next one begins.
-            let mut present: Vec<&Hold> = Vec::new();
-            for later in list.iter() {
-                present.retain(|earlier| later.acquired_at < earlier.relied_until());
-                most_held = most_held.max(present.len() + 1);
-                if present.len() >= permits as usize {
-                    let unexplained = present.iter().filter(|e| !explained(e, later)).count();
-                    if unexplained >= permits as usize {
-                        verdict.permits_over += 1;
-                    } else {
-                        verdict.permits_over_assumption_broken += 1;
-                    }
-                }
-                present.push(later);
-            }
-            verdict.semaphores.push(SemaphorePeak {
-                name: name.to_string(),
-                permits,
-                most_held,
-                holds: list.len(),
-            });
-        }
+        check_units(&holds, &broken, &mut verdict);
+        check_semaphores(&holds, &broken, &mut verdict);
         verdict
+    }
+}
+
+/// The clock assumptions a run broke on purpose: the master clock jumps, and how early a
+/// grant may land before its holder sees it.
+struct BrokenAssumptions<'a> {
+    jumps: &'a [Instant],
+    in_flight: Duration,
+}
+
+impl BrokenAssumptions<'_> {
+    /// Whether a broken assumption explains `later` beginning while `earlier` relied on its
+    /// hold: `earlier`'s own clock, or a jump during `earlier` and before `later`.
+    fn explains(&self, earlier: &Hold, later: &Hold) -> bool {
+        earlier.clock_broken
+            || self.jumps.iter().any(|jump| {
+                earlier.acquired_at <= *jump + self.in_flight
+                    && earlier.relied_until() > *jump
+                    && later.acquired_at > *jump
+            })
+    }
+}
+
+/// No two holders of one resource, or of one slot, at once; tokens only grow on each.
+fn check_units(holds: &[Hold], broken: &BrokenAssumptions<'_>, verdict: &mut Verdict) {
+    let mut by_unit: HashMap<Unit<'_>, Vec<&Hold>> = HashMap::new();
+    for hold in holds {
+        for unit in hold.units() {
+            by_unit.entry(unit).or_default().push(hold);
+        }
+    }
+    for (unit, list) in by_unit.iter_mut() {
+        list.sort_by_key(|h| h.acquired_at);
+        for (index, earlier) in list.iter().enumerate() {
+            for later in &list[index + 1..] {
+                if later.acquired_at >= earlier.relied_until() {
+                    break;
+                }
+                if broken.explains(earlier, later) {
+                    verdict.overlaps_assumption_broken += 1;
+                } else {
+                    verdict.overlaps += 1;
+                    verdict.set_overlaps += usize::from(earlier.is_set() || later.is_set());
+                    verdict.slot_overlaps += usize::from(unit.slot.is_some());
+                }
+            }
+        }
+        for pair in list.windows(2) {
+            if pair[1].fencing_token <= pair[0].fencing_token {
+                verdict.fencing_regressions += 1;
+                verdict.set_fencing_regressions +=
+                    usize::from(pair[0].is_set() || pair[1].is_set());
+                verdict.slot_fencing_regressions += usize::from(unit.slot.is_some());
+            }
+        }
+    }
+}
+
+/// Never more permits of a semaphore held at once than it has.
+fn check_semaphores(holds: &[Hold], broken: &BrokenAssumptions<'_>, verdict: &mut Verdict) {
+    let mut by_semaphore: HashMap<&str, Vec<&Hold>> = HashMap::new();
+    for hold in holds {
+        if hold.permit.is_some() {
+            by_semaphore
+                .entry(hold.resource.as_str())
+                .or_default()
+                .push(hold);
+        }
+    }
+    let mut names: Vec<&str> = by_semaphore.keys().copied().collect();
+    names.sort_unstable();
+    for name in names {
+        let list = by_semaphore.get_mut(name).expect("listed");
+        list.sort_by_key(|h| h.acquired_at);
+        let Some(permits) = list
+            .iter()
+            .filter_map(|h| h.permit.and_then(|p| p.permits))
+            .min()
+        else {
+            continue;
+        };
+        let mut most_held = 0;
+        // The holders still relying on a permit when the next one begins.
+        let mut present: Vec<&Hold> = Vec::new();
+        for later in list.iter() {
+            present.retain(|earlier| later.acquired_at < earlier.relied_until());
+            most_held = most_held.max(present.len() + 1);
+            if present.len() >= permits as usize {
+                let unexplained = present
+                    .iter()
+                    .filter(|e| !broken.explains(e, later))
+                    .count();
+                if unexplained >= permits as usize {
+                    verdict.permits_over += 1;
+                } else {
+                    verdict.permits_over_assumption_broken += 1;
+                }
+            }
+            present.push(later);
+        }
+        verdict.semaphores.push(SemaphorePeak {
+            name: name.to_string(),
+            permits,
+            most_held,
+            holds: list.len(),
+        });
     }
 }
 

@@ -219,6 +219,19 @@ pub struct FaultWindow {
     pub end: Instant,
 }
 
+/// One random fault to inject: where, what, and its random parts.
+#[derive(Debug, Clone, Copy)]
+struct Choice {
+    group: usize,
+    fault: Fault,
+    /// How long the fault lasts before it is undone (a partition three times, latency twice).
+    hold: Duration,
+    /// Picks a partition's kind (0: clients only) and a clock fault's kind (0: a jump).
+    variant: u8,
+    /// The shard whose primary is hit, in a Cluster lab.
+    shard: Option<usize>,
+}
+
 pub(crate) struct Injector {
     faults: Vec<Fault>,
     /// Shards per group of a Cluster lab: faults hit one shard's primary.
@@ -297,124 +310,32 @@ impl Injector {
             return Ok(());
         }
         let now = Instant::now();
-        let healthy: Vec<usize> = (0..self.down_until.len())
-            .filter(|g| self.down_until[*g] <= now)
-            .collect();
-        let (group, fault, hold, variant, shard) = {
-            let mut rng = rand::thread_rng();
-            // A run with migrations on reshards first, so even a short run moves a slot.
-            let first_migration =
-                self.faults.contains(&Fault::Migrate) && self.injected.migrate == 0;
-            let fault = if first_migration {
-                Some(Fault::Migrate)
-            } else {
-                self.faults.choose(&mut rng).copied()
-            };
-            let (Some(group), Some(fault)) = (healthy.choose(&mut rng).copied(), fault) else {
-                return Ok(());
-            };
-            (
-                group,
-                fault,
-                Duration::from_millis(rng.gen_range(300..1500)),
-                rng.gen_range(0..4u8),
-                self.shards.map(|shards| rng.gen_range(0..shards)),
-            )
+        let Some(choice) = self.choose(now) else {
+            return Ok(());
         };
-        match (fault, shard) {
-            (Fault::Kill, Some(shard)) => {
-                lab.kill_primary(group, shard).await?;
-                self.injected.kill += 1;
-                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
+        let injected = match (choice.fault, choice.shard) {
+            (Fault::Kill | Fault::Freeze | Fault::Restart | Fault::Migrate, Some(shard)) => {
+                self.inject_on_shard(lab, &choice, shard, now).await?
             }
-            (Fault::Freeze, Some(shard)) => {
-                lab.freeze_primary(group, shard).await?;
-                self.injected.freeze += 1;
-                self.later(group, now + hold, Recovery::Thaw);
-                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            (Fault::Migrate, None) => false,
+            (Fault::Kill | Fault::Freeze | Fault::Restart, None) => {
+                self.inject_on_master(lab, &choice, now).await?;
+                true
             }
-            (Fault::Restart, Some(shard)) => {
-                lab.restart_shard(group, shard).await?;
-                self.injected.restart += 1;
-                self.down_until[group] =
-                    Instant::now() + self.quarantine + Duration::from_millis(500);
-            }
-            (Fault::Migrate, Some(_)) => {
-                if !self.migrate(lab, group).await? {
-                    return Ok(());
-                }
-                self.injected.migrate += 1;
-                // The slot's new primary sits out its quarantine for that slot; a slot closed
-                // back on its source after it lost keys sits out there.
-                self.down_until[group] =
-                    self.down_until[group].max(Instant::now() + self.quarantine);
-            }
-            (Fault::Migrate, None) => return Ok(()),
-            (Fault::Kill, None) => {
-                lab.kill(group).await?;
-                self.injected.kill += 1;
-                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
-            }
-            (Fault::Freeze, None) => {
-                lab.freeze(group).await?;
-                self.injected.freeze += 1;
-                // A freeze longer than down-after also ends in a failover.
-                self.later(group, now + hold, Recovery::Thaw);
-                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
-            }
-            (Fault::Restart, None) => {
-                lab.restart(group).await?;
-                self.injected.restart += 1;
-                self.down_until[group] =
-                    Instant::now() + self.quarantine + Duration::from_millis(500);
-            }
-            (Fault::Partition, _) => {
-                if variant == 0 {
-                    // The clients lose the master; nothing else changes.
-                    lab.partition(group, LinkClass::Client).await?;
-                } else {
-                    // The split brain: Sentinel loses the master and promotes its replica,
-                    // while clients on the old side still reach the old master.
-                    lab.partition(group, LinkClass::Replica).await?;
-                    lab.partition(group, LinkClass::Sentinel).await?;
-                }
-                self.injected.partition += 1;
-                let hold = hold * 3;
-                self.later(group, now + hold, Recovery::Heal);
-                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
-            }
-            (Fault::Latency, _) => {
-                let (delay, jitter) = {
-                    let mut rng = rand::thread_rng();
-                    (
-                        Duration::from_millis(rng.gen_range(5..150)),
-                        Duration::from_millis(rng.gen_range(0..50)),
-                    )
-                };
-                lab.slow(group, delay, jitter).await?;
-                self.injected.latency += 1;
-                self.later(group, now + hold * 2, Recovery::Heal);
-                self.down_until[group] = now + hold * 2;
+            (Fault::Partition | Fault::Latency, _) => {
+                self.inject_on_links(lab, &choice, now).await?;
+                true
             }
             (Fault::Clock, _) => {
-                // Three in four stay within the drift allowance; the fourth jumps.
-                let jump = variant == 0;
-                let cut = if jump {
-                    self.ttl.mul_f64(0.75)
-                } else {
-                    self.ttl.mul_f64(self.drift_factor / 2.0)
-                };
-                cut_lock_ttls(lab, group, &self.lock_keys, cut).await?;
-                if jump {
-                    self.injected.clock_jump += 1;
-                    self.jumps.push(now);
-                } else {
-                    self.injected.clock_drift += 1;
-                }
-                self.down_until[group] = now + self.ttl;
+                self.inject_clock(lab, &choice, now).await?;
+                true
             }
-            (Fault::Pause, _) => {}
+            (Fault::Pause, _) => true,
+        };
+        if !injected {
+            return Ok(());
         }
+        let Choice { fault, group, .. } = choice;
         self.windows.push(FaultWindow {
             fault,
             group,
@@ -422,6 +343,165 @@ impl Injector {
             end: self.down_until[group].max(now),
         });
         tracing::info!(group, ?fault, "chaos: fault injected");
+        Ok(())
+    }
+
+    /// The next fault, on a group not disrupted at `now`; `None` when every group is.
+    fn choose(&self, now: Instant) -> Option<Choice> {
+        let healthy: Vec<usize> = (0..self.down_until.len())
+            .filter(|g| self.down_until[*g] <= now)
+            .collect();
+        let mut rng = rand::thread_rng();
+        // A run with migrations on reshards first, so even a short run moves a slot.
+        let first_migration = self.faults.contains(&Fault::Migrate) && self.injected.migrate == 0;
+        let fault = if first_migration {
+            Some(Fault::Migrate)
+        } else {
+            self.faults.choose(&mut rng).copied()
+        };
+        Some(Choice {
+            group: healthy.choose(&mut rng).copied()?,
+            fault: fault?,
+            hold: Duration::from_millis(rng.gen_range(300..1500)),
+            variant: rng.gen_range(0..4u8),
+            shard: self.shards.map(|shards| rng.gen_range(0..shards)),
+        })
+    }
+
+    /// Kills, freezes or restarts one shard's primary of a Cluster group, or moves a slot;
+    /// false when no slot could be moved.
+    async fn inject_on_shard(
+        &mut self,
+        lab: &mut Lab,
+        choice: &Choice,
+        shard: usize,
+        now: Instant,
+    ) -> Result<bool, LabError> {
+        let Choice { group, hold, .. } = *choice;
+        match choice.fault {
+            Fault::Kill => {
+                lab.kill_primary(group, shard).await?;
+                self.injected.kill += 1;
+                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
+            }
+            Fault::Freeze => {
+                lab.freeze_primary(group, shard).await?;
+                self.injected.freeze += 1;
+                self.later(group, now + hold, Recovery::Thaw);
+                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            }
+            Fault::Restart => {
+                lab.restart_shard(group, shard).await?;
+                self.injected.restart += 1;
+                self.down_until[group] =
+                    Instant::now() + self.quarantine + Duration::from_millis(500);
+            }
+            _ => {
+                if !self.migrate(lab, group).await? {
+                    return Ok(false);
+                }
+                self.injected.migrate += 1;
+                // The slot's new primary sits out its quarantine for that slot; a slot closed
+                // back on its source after it lost keys sits out there.
+                self.down_until[group] =
+                    self.down_until[group].max(Instant::now() + self.quarantine);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Kills, freezes or restarts the master of a Sentinel group.
+    async fn inject_on_master(
+        &mut self,
+        lab: &mut Lab,
+        choice: &Choice,
+        now: Instant,
+    ) -> Result<(), LabError> {
+        let Choice { group, hold, .. } = *choice;
+        match choice.fault {
+            Fault::Kill => {
+                lab.kill(group).await?;
+                self.injected.kill += 1;
+                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
+            }
+            Fault::Freeze => {
+                lab.freeze(group).await?;
+                self.injected.freeze += 1;
+                // A freeze longer than down-after also ends in a failover.
+                self.later(group, now + hold, Recovery::Thaw);
+                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            }
+            _ => {
+                lab.restart(group).await?;
+                self.injected.restart += 1;
+                self.down_until[group] =
+                    Instant::now() + self.quarantine + Duration::from_millis(500);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cuts (a partition) or slows (latency) a group's links.
+    async fn inject_on_links(
+        &mut self,
+        lab: &mut Lab,
+        choice: &Choice,
+        now: Instant,
+    ) -> Result<(), LabError> {
+        let Choice { group, hold, .. } = *choice;
+        if choice.fault == Fault::Partition {
+            if choice.variant == 0 {
+                // The clients lose the master; nothing else changes.
+                lab.partition(group, LinkClass::Client).await?;
+            } else {
+                // The split brain: Sentinel loses the master and promotes its replica,
+                // while clients on the old side still reach the old master.
+                lab.partition(group, LinkClass::Replica).await?;
+                lab.partition(group, LinkClass::Sentinel).await?;
+            }
+            self.injected.partition += 1;
+            let hold = hold * 3;
+            self.later(group, now + hold, Recovery::Heal);
+            self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
+            return Ok(());
+        }
+        let (delay, jitter) = {
+            let mut rng = rand::thread_rng();
+            (
+                Duration::from_millis(rng.gen_range(5..150)),
+                Duration::from_millis(rng.gen_range(0..50)),
+            )
+        };
+        lab.slow(group, delay, jitter).await?;
+        self.injected.latency += 1;
+        self.later(group, now + hold * 2, Recovery::Heal);
+        self.down_until[group] = now + hold * 2;
+        Ok(())
+    }
+
+    /// Cuts the TTLs of the run's locks on a group's master, as a clock running fast would.
+    async fn inject_clock(
+        &mut self,
+        lab: &mut Lab,
+        choice: &Choice,
+        now: Instant,
+    ) -> Result<(), LabError> {
+        let group = choice.group;
+        // Three in four stay within the drift allowance; the fourth jumps.
+        let jump = choice.variant == 0;
+        let cut = if jump {
+            self.ttl.mul_f64(0.75)
+        } else {
+            self.ttl.mul_f64(self.drift_factor / 2.0)
+        };
+        cut_lock_ttls(lab, group, &self.lock_keys, cut).await?;
+        if jump {
+            self.injected.clock_jump += 1;
+            self.jumps.push(now);
+        } else {
+            self.injected.clock_drift += 1;
+        }
+        self.down_until[group] = now + self.ttl;
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::checker::{Checker, Hold};
 use super::store::FencedStore;
 use super::{ChaosOptions, Fault, RESOURCE_PREFIX, Tally};
-use crate::{Locks, PermitHandle};
+use crate::{Lease, Locks, PermitHandle};
 
 /// The semaphore the permit workers share.
 pub const SEMAPHORE: &str = "chaos:permits";
@@ -166,6 +166,35 @@ pub fn slot_key(semaphore: &str, slot: u32) -> String {
     format!("{semaphore}#permit:{slot}")
 }
 
+/// The store's keys of a lease: the resources the holder named, or its permit's slot (the
+/// slot its token names).
+fn store_keys(ask: &Ask, lease: &Lease) -> Vec<String> {
+    match ask {
+        Ask::Lock(resource) => vec![resource.clone()],
+        Ask::Set(resources) => resources.clone(),
+        Ask::Permit => match PermitHandle::parse(lease.token()) {
+            Some(PermitHandle { slot, .. }) => vec![slot_key(SEMAPHORE, slot)],
+            None => vec![SEMAPHORE.to_string()],
+        },
+    }
+}
+
+/// What the holder relied on, as it asked for it: the resources it named (a set's in
+/// canonical order), or its permit of the semaphore of `permits` permits.
+fn as_asked(mut hold: Hold, ask: &Ask, permits: u32) -> Hold {
+    match ask {
+        Ask::Lock(_) => hold,
+        Ask::Set(resources) => {
+            let mut names = resources.clone();
+            names.sort();
+            hold.resource = names[0].clone();
+            hold.resources = names;
+            hold
+        }
+        Ask::Permit => hold.with_permits(permits),
+    }
+}
+
 /// The worker loop: acquire, claim the store with the token, maybe stall past validity,
 /// write again, report the hold, then release (or crash and leave it to the TTL).
 pub(crate) async fn work(
@@ -214,16 +243,7 @@ pub(crate) async fn work(
         counts.acquired.fetch_add(1, Ordering::Relaxed);
         let acquired_at = Instant::now();
         let fence = lease.fencing_token();
-        // The store's keys: the resources the holder named, or its permit's slot (the slot
-        // its token names).
-        let keys: Vec<String> = match &ask {
-            Ask::Lock(resource) => vec![resource.clone()],
-            Ask::Set(resources) => resources.clone(),
-            Ask::Permit => match PermitHandle::parse(lease.token()) {
-                Some(PermitHandle { slot, .. }) => vec![slot_key(SEMAPHORE, slot)],
-                None => vec![SEMAPHORE.to_string()],
-            },
-        };
+        let keys = store_keys(&ask, &lease);
         // The holder's first act is to claim each resource with its token, as real fenced
         // storage learns a token at its first use.
         for key in &keys {
@@ -243,23 +263,11 @@ pub(crate) async fn work(
         }
         tokio::time::sleep(work).await;
         write(lease.validity() > Duration::ZERO);
-        // What the holder relied on, as it asked for it: the resources it named (a set's
-        // in canonical order), or its permit of the semaphore of `permits` permits.
-        let mut hold = Hold {
+        let hold = Hold {
             clock_broken,
             ..Hold::ending_now(&lease, acquired_at, locks.clock())
         };
-        match &ask {
-            Ask::Lock(_) => {}
-            Ask::Set(resources) => {
-                let mut names = resources.clone();
-                names.sort();
-                hold.resource = names[0].clone();
-                hold.resources = names;
-            }
-            Ask::Permit => hold = hold.with_permits(options.permits),
-        }
-        checker.record(hold);
+        checker.record(as_asked(hold, &ask, options.permits));
         if crash {
             tally.crashes.fetch_add(1, Ordering::Relaxed);
             let _ = lease.detach();
