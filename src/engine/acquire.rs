@@ -130,6 +130,85 @@ fn parse_grant(values: Vec<Value>) -> Result<AcquireAnswer, String> {
     }
 }
 
+/// The script a claim's grant runs and, for a semaphore, its permit count and the slot to try
+/// first. Every group tries a semaphore's slots from the same one on; callers start at random
+/// places, so they spread over the free slots instead of racing for the first.
+fn script_of(claim: &Claim) -> (LockScript, Option<(u32, u32)>) {
+    match claim {
+        Claim::Set(_) => (LockScript::Acquire, None),
+        Claim::Permit(keys) => (
+            LockScript::Permit,
+            Some((keys.permits, rand::thread_rng().gen_range(0..keys.permits))),
+        ),
+    }
+}
+
+/// The acquire script's arguments: our token, the TTL, the fence proposal and the owner
+/// record, then for a semaphore its permit count and the slot to try first.
+fn grant_args(
+    token: &str,
+    ttl: Duration,
+    fence: u64,
+    record: &str,
+    permits: Option<(u32, u32)>,
+) -> Vec<Value> {
+    let mut args = vec![
+        token.into(),
+        Value::from(millis(ttl) as i64),
+        Value::from(fence.to_string()),
+        record.into(),
+    ];
+    if let Some((permits, first)) = permits {
+        args.push(Value::from(i64::from(permits)));
+        args.push(Value::from(i64::from(first)));
+    }
+    args
+}
+
+/// What one round of grant calls came to.
+struct RoundOutcome {
+    /// The slot most groups granted, and how many did (the only slot of a lock).
+    slot: usize,
+    granted: usize,
+    /// Groups that may hold a grant of ours elsewhere than on the slot won.
+    stray: Vec<bool>,
+    /// The member of a set that a group found held.
+    held_member: Option<usize>,
+    /// Fences above our proposal that groups reported.
+    ahead: Vec<u64>,
+}
+
+impl RoundOutcome {
+    fn of(replies: &[Option<Reply<AcquireAnswer>>], may_hold: &[bool]) -> RoundOutcome {
+        let (slot, granted) = leading_slot(replies);
+        let stray = replies
+            .iter()
+            .zip(may_hold)
+            .map(|(reply, may)| {
+                *may && !matches!(reply, Some(Reply::Answer(AcquireAnswer::Granted { slot: s })) if *s == slot)
+            })
+            .collect();
+        let held_member = replies.iter().find_map(|r| match r {
+            Some(Reply::Answer(AcquireAnswer::Held { member, .. })) => Some(*member),
+            _ => None,
+        });
+        let ahead = replies
+            .iter()
+            .filter_map(|r| match r {
+                Some(Reply::Answer(AcquireAnswer::FenceAhead(f))) => Some(*f),
+                _ => None,
+            })
+            .collect();
+        RoundOutcome {
+            slot,
+            granted,
+            stray,
+            held_member,
+            ahead,
+        }
+    }
+}
+
 impl Engine {
     fn retry_delay(&self) -> Duration {
         let base = self.topology.retry_delay();
@@ -143,48 +222,14 @@ impl Engine {
         claim: &Claim,
         options: &AcquireOptions,
     ) -> Result<(LeaseKeys, Acquired), Error> {
-        check_ttl(options.ttl, self.topology.max_ttl())?;
-        if options.wait > MAX_WAIT {
-            return Err(Error::invalid(
-                "wait",
-                format!(
-                    "{} ms is above the limit of {} ms",
-                    options.wait.as_millis(),
-                    MAX_WAIT.as_millis()
-                ),
-            ));
-        }
-        validate_label("owner", options.owner.as_deref())?;
-        validate_label("purpose", options.purpose.as_deref())?;
-        let record = serde_json::to_string(&OwnerRecord {
-            owner: options.owner.clone(),
-            purpose: options.purpose.clone(),
-            acquired_at_ms: self.clock.unix_millis(),
-        })
-        .unwrap_or_default();
+        let record = self.owner_record(options)?;
         let deadline = Instant::now() + options.wait;
         let mut attempts = 0;
         // Subscribed to a release channel once a wait finds the lease's first resource held
         // (or, for a set, the one that was held).
-        let mut watch: Option<Watch> = None;
-        let first_channel = claim.channel(None);
-        if !options.wait.is_zero() && self.waiters.queued(&first_channel.name) {
-            // Other waiters of this process queue for this lock: it is held. Take a place in
-            // the queue (releases wake one waiter at a time, the longest waiting first) rather
-            // than spend a vote on it; the timer covers a release nobody announces.
-            let queued = self
-                .waiters
-                .watch(&self.groups, &first_channel, deadline)
-                .await;
-            let released = queued.notify();
-            let fallback = (self.topology.retry_delay() * 10)
-                .min(deadline.saturating_duration_since(Instant::now()));
-            tokio::select! {
-                _ = released.notified() => {}
-                _ = tokio::time::sleep(fallback) => {}
-            }
-            watch = Some(queued);
-        }
+        let mut watch = self
+            .queue_behind_local_waiters(claim, options, deadline)
+            .await;
         loop {
             attempts += 1;
             // A token of its own for every attempt: a delete of an earlier attempt that lands
@@ -199,19 +244,7 @@ impl Engine {
             }
             let (error, may_hold) = match self.attempt(claim, &token, options.ttl, &record).await {
                 Ok((acquired, stray)) => {
-                    // A permit won on one slot: grants on other slots are rolled back, and
-                    // their waiters woken.
-                    if let Some(strays) = claim.strays(acquired.slot) {
-                        let _ = self.roll_back(&strays, &token, stray, true);
-                    }
-                    let held = claim.held(acquired.slot);
-                    return Ok((
-                        held,
-                        Acquired {
-                            attempts,
-                            ..acquired
-                        },
-                    ));
+                    return Ok(self.won(claim, &token, (acquired, stray), attempts));
                 }
                 Err(failure) => failure,
             };
@@ -221,16 +254,7 @@ impl Engine {
             let rolled_back = self.roll_back(&claim.rollback(), &token, may_hold, !lock_is_held);
             let last = Instant::now() >= deadline || matches!(error, Error::InvalidInput { .. });
             if let Some(rolled_back) = rolled_back {
-                // The groups that answer delete within one call timeout; one that does not
-                // must hold up neither this answer nor the caller's wait. The next attempt
-                // waits for the rollback within the wait, or it would find our own grant
-                // still standing where the rollback had not landed yet.
-                let limit = if last {
-                    Instant::now() + self.topology.call_timeout()
-                } else {
-                    deadline
-                };
-                let _ = tokio::time::timeout_at(limit.into(), rolled_back).await;
+                self.await_rollback(rolled_back, last, deadline).await;
             }
             let now = Instant::now();
             if last || now >= deadline {
@@ -255,14 +279,7 @@ impl Engine {
                 watch = Some(self.waiters.watch(&self.groups, &channel, deadline).await);
                 continue;
             }
-            let delay = match (&watch, holder_left) {
-                // Announcements wake us; the timer only covers expiries and lost messages.
-                (Some(_), Some(left)) => left.clamp(
-                    self.topology.retry_delay(),
-                    self.topology.retry_delay() * 10,
-                ),
-                _ => self.retry_delay(),
-            };
+            let delay = self.retry_wait(watch.is_some(), holder_left);
             let announced = async {
                 match released.as_mut() {
                     Some(released) => released.as_mut().await,
@@ -274,6 +291,109 @@ impl Engine {
                 _ = tokio::time::sleep(delay.min(deadline - now)) => {}
             }
         }
+    }
+
+    /// The keys a won attempt holds, and its outcome. A permit won on one slot: grants on
+    /// other slots are rolled back, and their waiters woken.
+    fn won(
+        self: &Arc<Self>,
+        claim: &Claim,
+        token: &str,
+        (acquired, stray): (Acquired, Vec<bool>),
+        attempts: u32,
+    ) -> (LeaseKeys, Acquired) {
+        if let Some(strays) = claim.strays(acquired.slot) {
+            let _ = self.roll_back(&strays, token, stray, true);
+        }
+        let held = claim.held(acquired.slot);
+        (
+            held,
+            Acquired {
+                attempts,
+                ..acquired
+            },
+        )
+    }
+
+    /// How long to wait before the next attempt. Subscribed to the held lock's releases,
+    /// announcements wake us, and the timer only covers expiries and lost messages.
+    fn retry_wait(&self, watched: bool, holder_left: Option<Duration>) -> Duration {
+        match (watched, holder_left) {
+            (true, Some(left)) => left.clamp(
+                self.topology.retry_delay(),
+                self.topology.retry_delay() * 10,
+            ),
+            _ => self.retry_delay(),
+        }
+    }
+
+    /// The owner record stored with the lock, once the options are checked.
+    fn owner_record(&self, options: &AcquireOptions) -> Result<String, Error> {
+        check_ttl(options.ttl, self.topology.max_ttl())?;
+        if options.wait > MAX_WAIT {
+            return Err(Error::invalid(
+                "wait",
+                format!(
+                    "{} ms is above the limit of {} ms",
+                    options.wait.as_millis(),
+                    MAX_WAIT.as_millis()
+                ),
+            ));
+        }
+        validate_label("owner", options.owner.as_deref())?;
+        validate_label("purpose", options.purpose.as_deref())?;
+        Ok(serde_json::to_string(&OwnerRecord {
+            owner: options.owner.clone(),
+            purpose: options.purpose.clone(),
+            acquired_at_ms: self.clock.unix_millis(),
+        })
+        .unwrap_or_default())
+    }
+
+    /// When other waiters of this process queue for the claim's first lock, it is held: this
+    /// caller takes a place in the queue (releases wake one waiter at a time, the longest
+    /// waiting first) rather than spend a vote on it, and returns its subscription once woken
+    /// or once the timer, which covers a release nobody announces, ends.
+    async fn queue_behind_local_waiters(
+        &self,
+        claim: &Claim,
+        options: &AcquireOptions,
+        deadline: Instant,
+    ) -> Option<Watch> {
+        let first_channel = claim.channel(None);
+        if options.wait.is_zero() || !self.waiters.queued(&first_channel.name) {
+            return None;
+        }
+        let queued = self
+            .waiters
+            .watch(&self.groups, &first_channel, deadline)
+            .await;
+        let released = queued.notify();
+        let fallback = (self.topology.retry_delay() * 10)
+            .min(deadline.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            _ = released.notified() => {}
+            _ = tokio::time::sleep(fallback) => {}
+        }
+        Some(queued)
+    }
+
+    /// Waits for a failed attempt's rollback. The groups that answer delete within one call
+    /// timeout; one that does not must hold up neither this answer nor the caller's wait. The
+    /// next attempt waits for the rollback within the wait, or it would find our own grant
+    /// still standing where the rollback had not landed yet.
+    async fn await_rollback(
+        &self,
+        rolled_back: JoinHandle<Vec<Option<Reply<Value>>>>,
+        last: bool,
+        deadline: Instant,
+    ) {
+        let limit = if last {
+            Instant::now() + self.topology.call_timeout()
+        } else {
+            deadline
+        };
+        let _ = tokio::time::timeout_at(limit.into(), rolled_back).await;
     }
 
     /// One attempt: up to [`FENCE_ROUNDS`] rounds, all counted in `elapsed`. On failure it
@@ -289,115 +409,31 @@ impl Engine {
     ) -> Result<(Acquired, Vec<bool>), (Error, Vec<bool>)> {
         // Validity is measured on the engine's clock, from before the first call went out.
         let started = self.clock.now();
-        let majority = self.majority;
-        let (n, quorum) = (majority.groups, majority.needed);
+        let (n, quorum) = (self.majority.groups, self.majority.needed);
         let mut may_hold = vec![false; n];
         let script_keys: Arc<[fred::types::Key]> = claim.grant_keys().into();
         let label = claim.label();
-        // Every group tries a semaphore's slots from the same one on; callers start at random
-        // places, so they spread over the free slots instead of racing for the first.
-        let (script, permits) = match claim {
-            Claim::Set(_) => (LockScript::Acquire, None),
-            Claim::Permit(keys) => (
-                LockScript::Permit,
-                Some((keys.permits, rand::thread_rng().gen_range(0..keys.permits))),
-            ),
-        };
+        let (script, permits) = script_of(claim);
         for round in 0..FENCE_ROUNDS {
-            // Refused before anything is sent when too few groups would take the call: a
-            // grant on a minority only costs a rollback.
-            if self
-                .groups
-                .iter()
-                .filter(|group| group.overloaded())
-                .count()
-                > n - quorum
-            {
-                let votes = self
-                    .groups
-                    .iter()
-                    .map(|group| GroupVote {
-                        group: group.name.clone(),
-                        vote: if group.overloaded() {
-                            Vote::Error {
-                                message: format!("not sent: {}", QUEUE_FULL),
-                            }
-                        } else {
-                            Vote::NotAwaited
-                        },
-                    })
-                    .collect();
-                return Err((self.denial(&label, votes), may_hold));
+            if let Some(error) = self.refusal_when_overloaded(&label) {
+                return Err((error, may_hold));
             }
             let fence = self.fences.propose(self.clock.unix_micros());
-            let mut args = vec![
-                token.into(),
-                Value::from(millis(ttl) as i64),
-                Value::from(fence.to_string()),
-                record.into(),
-            ];
-            if let Some((permits, first)) = permits {
-                args.push(Value::from(i64::from(permits)));
-                args.push(Value::from(i64::from(first)));
-            }
             let grant = Call {
                 script,
                 keys: script_keys.clone(),
-                args: args.into(),
+                args: grant_args(token, ttl, fence, record, permits).into(),
                 hash_slot: claim.hash_slot(),
             };
-            let replies = fan_out(
-                &self.groups,
-                |group| self.ask_grant(group, grant.clone()),
-                |replies| {
-                    let (_, granted) = leading_slot(replies);
-                    let lost = count(replies, |r| {
-                        !matches!(
-                            r,
-                            Reply::Answer(
-                                AcquireAnswer::Granted { .. } | AcquireAnswer::FenceAhead(_)
-                            )
-                        )
-                    });
-                    majority.decided(granted, lost)
-                },
-            )
-            .await;
-            for (index, reply) in replies.iter().enumerate() {
-                // A call still in flight, timed out or failed may have been applied.
-                may_hold[index] |= match reply {
-                    Some(Reply::Answer(answer)) => !answer.refused(),
-                    Some(Reply::NotSent(_)) => false,
-                    _ => true,
-                };
-            }
-            let unadmitted: Vec<bool> = replies
-                .iter()
-                .map(|r| matches!(r, Some(Reply::Answer(AcquireAnswer::NoPolicy))))
-                .collect();
-            if unadmitted.contains(&true) {
-                self.adopt_policies(unadmitted);
-            }
-            let (slot, granted) = leading_slot(&replies);
-            // Groups that may hold a grant of ours elsewhere than on the slot won.
-            let stray: Vec<bool> = replies
-                .iter()
-                .zip(&may_hold)
-                .map(|(reply, may)| {
-                    *may && !matches!(reply, Some(Reply::Answer(AcquireAnswer::Granted { slot: s })) if *s == slot)
-                })
-                .collect();
-            let held_member = replies.iter().find_map(|r| match r {
-                Some(Reply::Answer(AcquireAnswer::Held { member, .. })) => Some(*member),
-                _ => None,
-            });
-            let ahead: Vec<u64> = replies
-                .iter()
-                .filter_map(|r| match r {
-                    Some(Reply::Answer(AcquireAnswer::FenceAhead(f))) => Some(*f),
-                    _ => None,
-                })
-                .collect();
+            let replies = self.ask_all(&grant).await;
+            self.take_in(&replies, &mut may_hold);
+            let RoundOutcome {
+                slot,
+                granted,
+                stray,
+                held_member,
+                ahead,
+            } = RoundOutcome::of(&replies, &may_hold);
             let votes = self.votes(replies);
             if granted >= quorum {
                 let elapsed = self.clock.now().saturating_duration_since(started);
@@ -437,6 +473,74 @@ impl Engine {
         }
         // The loop always returns in its last round.
         Err((self.denial(&label, Vec::new()), may_hold))
+    }
+
+    /// Sends one round's grant call to every group, and returns once a majority decided.
+    async fn ask_all(&self, grant: &Call) -> Vec<Option<Reply<AcquireAnswer>>> {
+        let majority = self.majority;
+        fan_out(
+            &self.groups,
+            |group| self.ask_grant(group, grant.clone()),
+            |replies| {
+                let (_, granted) = leading_slot(replies);
+                let lost = count(replies, |r| {
+                    !matches!(
+                        r,
+                        Reply::Answer(AcquireAnswer::Granted { .. } | AcquireAnswer::FenceAhead(_))
+                    )
+                });
+                majority.decided(granted, lost)
+            },
+        )
+        .await
+    }
+
+    /// The refusal, before anything is sent, when too few groups would take the call: a grant
+    /// on a minority only costs a rollback.
+    fn refusal_when_overloaded(&self, label: &str) -> Option<Error> {
+        let overloaded = self
+            .groups
+            .iter()
+            .filter(|group| group.overloaded())
+            .count();
+        if overloaded <= self.majority.groups - self.majority.needed {
+            return None;
+        }
+        let votes = self
+            .groups
+            .iter()
+            .map(|group| GroupVote {
+                group: group.name.clone(),
+                vote: if group.overloaded() {
+                    Vote::Error {
+                        message: format!("not sent: {}", QUEUE_FULL),
+                    }
+                } else {
+                    Vote::NotAwaited
+                },
+            })
+            .collect();
+        Some(self.denial(label, votes))
+    }
+
+    /// Notes which groups may hold our grant after a round, and adopts the lock policy on
+    /// the groups that answered they have none.
+    fn take_in(self: &Arc<Self>, replies: &[Option<Reply<AcquireAnswer>>], may_hold: &mut [bool]) {
+        for (index, reply) in replies.iter().enumerate() {
+            // A call still in flight, timed out or failed may have been applied.
+            may_hold[index] |= match reply {
+                Some(Reply::Answer(answer)) => !answer.refused(),
+                Some(Reply::NotSent(_)) => false,
+                _ => true,
+            };
+        }
+        let unadmitted: Vec<bool> = replies
+            .iter()
+            .map(|r| matches!(r, Some(Reply::Answer(AcquireAnswer::NoPolicy))))
+            .collect();
+        if unadmitted.contains(&true) {
+            self.adopt_policies(unadmitted);
+        }
     }
 
     /// One group's answer to the acquire script. A master in acknowledged mode counts a

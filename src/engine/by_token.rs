@@ -19,6 +19,18 @@ use crate::group::batch::{Call, LockScript};
 use crate::group::reply::{Reply, integer, text};
 use crate::group::slots::HashSlot;
 
+/// What a release's retries of failed deletes need to read their answers.
+struct DeleteRetry {
+    /// The groups whose delete failed, to try again.
+    failed: Vec<bool>,
+    /// Per group, whether the first delete may have run.
+    may_have_run: Vec<bool>,
+    /// The lease's validity on the engine's clock, when this process holds it.
+    valid_until: Option<Instant>,
+    /// Whether a majority answered at the first try that the lock was not ours.
+    ended_before: bool,
+}
+
 impl Engine {
     /// Runs a delete by token (`call`) on the groups marked in `on`, each tried up to `tries`
     /// times while it times out or fails, in a task of its own that carries on if its caller
@@ -208,38 +220,61 @@ impl Engine {
             .map(|v| matches!(v.vote, Vote::Timeout | Vote::Error { .. }))
             .collect();
         if failed.contains(&true) {
-            let engine = self.clone();
-            let retried = self
-                .cleanup
-                .spawn(async move { engine.delete_tries(&release, failed, DELETE_RETRIES).await });
-            let deleted =
-                |votes: &[GroupVote]| votes.iter().filter(|v| v.vote == Vote::Granted).count();
-            if deleted(&votes) == 0
-                && let Ok(tries) = retried.await
-            {
-                // Read once every retry has answered, not when the release started: the lease
-                // may lapse while a try waits on a slow master, and a lock that expired there
-                // before our delete landed must not count as ours. A group's lock outlives the
-                // lease's validity (the drift allowance), so a lock found gone by an answer
-                // that came back before the validity ended was removed before it ended, when
-                // nothing but a delete removes it: this release's, or a force release's (the
-                // operator's override, which no answer tells apart from ours).
-                let live = valid_until.is_some_and(|until| self.clock.now() < until);
-                for ((vote, tried), ran) in votes.iter_mut().zip(tries).zip(may_have_run) {
-                    let Some(tried) = tried else { continue };
-                    vote.vote = retried_vote(tried, ran, live && !ended_before);
-                }
-                // Gone from a majority, by our delete or not: the lock is free either way.
-                let gone = votes
-                    .iter()
-                    .filter(|v| matches!(v.vote, Vote::Granted | Vote::MaybeReleased))
-                    .count();
-                if gone >= self.majority.needed {
-                    wake();
-                }
-            }
+            let retry = DeleteRetry {
+                failed,
+                may_have_run,
+                valid_until,
+                ended_before,
+            };
+            self.retry_release(release, retry, &mut votes, &wake).await;
         }
         self.released(&keys.label(), votes)
+    }
+
+    /// Tries the deletes that failed again. Once the lock is gone somewhere, the answer
+    /// stands and the retries only clean up; with no group deleted yet, the votes wait for
+    /// the retries and are read again.
+    async fn retry_release(
+        self: &Arc<Self>,
+        release: Call,
+        retry: DeleteRetry,
+        votes: &mut [GroupVote],
+        wake: &impl Fn(),
+    ) {
+        let engine = self.clone();
+        let retried = self.cleanup.spawn(async move {
+            engine
+                .delete_tries(&release, retry.failed, DELETE_RETRIES)
+                .await
+        });
+        let deleted =
+            |votes: &[GroupVote]| votes.iter().filter(|v| v.vote == Vote::Granted).count();
+        if deleted(votes) == 0
+            && let Ok(tries) = retried.await
+        {
+            // Read once every retry has answered, not when the release started: the lease
+            // may lapse while a try waits on a slow master, and a lock that expired there
+            // before our delete landed must not count as ours. A group's lock outlives the
+            // lease's validity (the drift allowance), so a lock found gone by an answer
+            // that came back before the validity ended was removed before it ended, when
+            // nothing but a delete removes it: this release's, or a force release's (the
+            // operator's override, which no answer tells apart from ours).
+            let live = retry
+                .valid_until
+                .is_some_and(|until| self.clock.now() < until);
+            for ((vote, tried), ran) in votes.iter_mut().zip(tries).zip(retry.may_have_run) {
+                let Some(tried) = tried else { continue };
+                vote.vote = retried_vote(tried, ran, live && !retry.ended_before);
+            }
+            // Gone from a majority, by our delete or not: the lock is free either way.
+            let gone = votes
+                .iter()
+                .filter(|v| matches!(v.vote, Vote::Granted | Vote::MaybeReleased))
+                .count();
+            if gone >= self.majority.needed {
+                wake();
+            }
+        }
     }
 
     /// Deletes the lock whoever holds it, one try per group. Only a group that answered that

@@ -450,52 +450,74 @@ impl Lane {
             reply => reply,
         };
         if votes && let Reply::Answer((value, acknowledged)) = &reply {
-            let missing = answers_of(value, count)
-                .any(|answer| matches!(code_of(answer), Some(code::REPLICAS_MISSING)));
-            let short = matches!(acknowledged, Some(Ok(n)) if *n < i64::from(replicas))
-                || matches!(acknowledged, Some(Err(_)));
-            let kept_up = matches!(acknowledged, Some(Ok(n)) if *n >= i64::from(replicas));
-            if missing || short {
-                self.replicas_in_sync.store(false, Ordering::Relaxed);
-            } else if kept_up {
-                self.replicas_in_sync.store(true, Ordering::Relaxed);
-            }
+            self.note_replicas_in_sync(value, acknowledged.as_ref(), count, replicas);
         }
-        let needed = |call: &Call| if call.script.votes() { replicas } else { 0 };
-        match reply {
-            Reply::Answer((value, acknowledged)) if count == 1 => {
-                vec![Reply::Answer(Answer {
-                    value,
-                    acknowledged,
-                    acks_needed: needed(&calls[0]),
-                })]
-            }
-            Reply::Answer((Value::Array(values), acknowledged)) if values.len() == count => {
-                values
-                    .into_iter()
-                    .zip(calls)
-                    .map(|(value, call)| match value {
-                        // batch.lua answers a call that raised an error with its text.
-                        Value::String(message) => Reply::Failed(message.to_string()),
-                        Value::Bytes(message) => {
-                            Reply::Failed(String::from_utf8_lossy(&message).into_owned())
-                        }
-                        value => Reply::Answer(Answer {
-                            value,
-                            acknowledged: acknowledged.clone(),
-                            acks_needed: needed(call),
-                        }),
-                    })
-                    .collect()
-            }
-            Reply::Answer((other, _)) => {
-                let message = format!("unexpected batch reply for {count} calls: {other:?}");
-                vec![Reply::Failed(message); count]
-            }
-            Reply::Timeout => vec![Reply::Timeout; count],
-            Reply::Failed(message) => vec![Reply::Failed(message); count],
-            Reply::NotSent(reason) => vec![Reply::NotSent(reason); count],
+        split_reply(reply, calls, replicas)
+    }
+
+    /// Whether the master's replicas kept up with a vote: a refusal for missing replicas, or
+    /// a `WAIT` short of `replicas`, turns pipelined `WAIT` off until one keeps up again.
+    fn note_replicas_in_sync(
+        &self,
+        value: &Value,
+        acknowledged: Option<&Result<i64, String>>,
+        count: usize,
+        replicas: u32,
+    ) {
+        let missing = answers_of(value, count)
+            .any(|answer| matches!(code_of(answer), Some(code::REPLICAS_MISSING)));
+        let short = matches!(acknowledged, Some(Ok(n)) if *n < i64::from(replicas))
+            || matches!(acknowledged, Some(Err(_)));
+        let kept_up = matches!(acknowledged, Some(Ok(n)) if *n >= i64::from(replicas));
+        if missing || short {
+            self.replicas_in_sync.store(false, Ordering::Relaxed);
+        } else if kept_up {
+            self.replicas_in_sync.store(true, Ordering::Relaxed);
         }
+    }
+}
+
+/// The answers of each of `calls` from the reply to their one script call.
+fn split_reply(
+    reply: Reply<(Value, Option<Result<i64, String>>)>,
+    calls: &[Call],
+    replicas: u32,
+) -> Vec<Reply<Answer>> {
+    let count = calls.len();
+    let needed = |call: &Call| if call.script.votes() { replicas } else { 0 };
+    match reply {
+        Reply::Answer((value, acknowledged)) if count == 1 => {
+            vec![Reply::Answer(Answer {
+                value,
+                acknowledged,
+                acks_needed: needed(&calls[0]),
+            })]
+        }
+        Reply::Answer((Value::Array(values), acknowledged)) if values.len() == count => {
+            values
+                .into_iter()
+                .zip(calls)
+                .map(|(value, call)| match value {
+                    // batch.lua answers a call that raised an error with its text.
+                    Value::String(message) => Reply::Failed(message.to_string()),
+                    Value::Bytes(message) => {
+                        Reply::Failed(String::from_utf8_lossy(&message).into_owned())
+                    }
+                    value => Reply::Answer(Answer {
+                        value,
+                        acknowledged: acknowledged.clone(),
+                        acks_needed: needed(call),
+                    }),
+                })
+                .collect()
+        }
+        Reply::Answer((other, _)) => {
+            let message = format!("unexpected batch reply for {count} calls: {other:?}");
+            vec![Reply::Failed(message); count]
+        }
+        Reply::Timeout => vec![Reply::Timeout; count],
+        Reply::Failed(message) => vec![Reply::Failed(message); count],
+        Reply::NotSent(reason) => vec![Reply::NotSent(reason); count],
     }
 }
 

@@ -49,22 +49,7 @@ impl Locks {
             admission_key(prefix).as_str().into(),
             policy_key(prefix).as_str().into(),
         ];
-        let slot = match scope {
-            QuarantineScope::Group => None,
-            QuarantineScope::Slot(index) => Some(HashSlot::new(*index).ok_or_else(|| {
-                Error::invalid(
-                    "slot",
-                    format!(
-                        "{index} is not a hash slot: pick one from 0 to {}",
-                        SLOTS - 1
-                    ),
-                )
-            })?),
-            QuarantineScope::Resource(resource) => {
-                crate::engine::resource::validate_resource(resource)?;
-                Some(HashSlot::of_resource(resource))
-            }
-        };
+        let slot = slot_of(scope)?;
         let (quarantined, replies) = match (chosen.is_cluster(), slot) {
             (true, Some(slot)) => (
                 format!("slot {}", slot.index()),
@@ -87,46 +72,76 @@ impl Locks {
                     .await,
             ),
         };
-        let mut outcome = GroupQuarantine {
-            group: chosen.name.clone(),
-            quarantined,
-            votes_in_ms: None,
-            without_policy: 0,
-            error: None,
-        };
-        let mut failed = 0;
-        let mut first_failure = None;
-        for reply in &replies {
-            match reply {
-                Reply::Answer(values) if integer(values.first()) == Some(1) => {
-                    let left = integer(values.get(1)).unwrap_or(0);
-                    outcome.votes_in_ms = Some(outcome.votes_in_ms.map_or(left, |l| l.max(left)));
-                }
-                Reply::Answer(values) if integer(values.first()) == Some(0) => {
-                    outcome.without_policy += 1;
-                }
-                other => {
-                    failed += 1;
-                    first_failure.get_or_insert_with(|| match other {
-                        Reply::Answer(values) => format!("unexpected reply {values:?}"),
-                        other => describe(other),
-                    });
-                }
+        Ok(outcome_of(chosen.name.clone(), quarantined, &replies))
+    }
+}
+
+/// The hash slot a quarantine's scope names; `None` for the whole group.
+fn slot_of(scope: &QuarantineScope) -> Result<Option<HashSlot>, Error> {
+    Ok(match scope {
+        QuarantineScope::Group => None,
+        QuarantineScope::Slot(index) => Some(HashSlot::new(*index).ok_or_else(|| {
+            Error::invalid(
+                "slot",
+                format!(
+                    "{index} is not a hash slot: pick one from 0 to {}",
+                    SLOTS - 1
+                ),
+            )
+        })?),
+        QuarantineScope::Resource(resource) => {
+            crate::engine::resource::validate_resource(resource)?;
+            Some(HashSlot::of_resource(resource))
+        }
+    })
+}
+
+/// What the quarantine scripts' `replies` say: how long until the group votes again, how
+/// many runs found no policy, and the first failure.
+fn outcome_of(
+    group: String,
+    quarantined: String,
+    replies: &[Reply<Vec<Value>>],
+) -> GroupQuarantine {
+    let mut outcome = GroupQuarantine {
+        group,
+        quarantined,
+        votes_in_ms: None,
+        without_policy: 0,
+        error: None,
+    };
+    let mut failed = 0;
+    let mut first_failure = None;
+    for reply in replies {
+        match reply {
+            Reply::Answer(values) if integer(values.first()) == Some(1) => {
+                let left = integer(values.get(1)).unwrap_or(0);
+                outcome.votes_in_ms = Some(outcome.votes_in_ms.map_or(left, |l| l.max(left)));
+            }
+            Reply::Answer(values) if integer(values.first()) == Some(0) => {
+                outcome.without_policy += 1;
+            }
+            other => {
+                failed += 1;
+                first_failure.get_or_insert_with(|| match other {
+                    Reply::Answer(values) => format!("unexpected reply {values:?}"),
+                    other => describe(other),
+                });
             }
         }
-        if let Some(why) = first_failure {
-            outcome.error = Some(format!(
-                "{failed} of {} runs failed (first: {why}). A slot whose marker or policy already left for another node sits out by itself once closed back here (no marker, or no policy); otherwise run the quarantine again before the slot votes",
-                replies.len()
-            ));
-        }
-        tracing::warn!(
-            group = outcome.group,
-            quarantined = outcome.quarantined,
-            votes_in_ms = outcome.votes_in_ms,
-            failed,
-            "an operator put part of a group back in quarantine"
-        );
-        Ok(outcome)
     }
+    if let Some(why) = first_failure {
+        outcome.error = Some(format!(
+            "{failed} of {} runs failed (first: {why}). A slot whose marker or policy already left for another node sits out by itself once closed back here (no marker, or no policy); otherwise run the quarantine again before the slot votes",
+            replies.len()
+        ));
+    }
+    tracing::warn!(
+        group = outcome.group,
+        quarantined = outcome.quarantined,
+        votes_in_ms = outcome.votes_in_ms,
+        failed,
+        "an operator put part of a group back in quarantine"
+    );
+    outcome
 }
