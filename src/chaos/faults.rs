@@ -377,24 +377,16 @@ impl Injector {
         shard: usize,
         now: Instant,
     ) -> Result<bool, LabError> {
-        let Choice { group, hold, .. } = *choice;
+        let group = choice.group;
         match choice.fault {
             Fault::Kill => {
                 lab.kill_primary(group, shard).await?;
-                self.injected.kill += 1;
-                self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
             }
             Fault::Freeze => {
                 lab.freeze_primary(group, shard).await?;
-                self.injected.freeze += 1;
-                self.later(group, now + hold, Recovery::Thaw);
-                self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
             }
             Fault::Restart => {
                 lab.restart_shard(group, shard).await?;
-                self.injected.restart += 1;
-                self.down_until[group] =
-                    Instant::now() + self.quarantine + Duration::from_millis(500);
             }
             _ => {
                 if !self.migrate(lab, group).await? {
@@ -405,8 +397,10 @@ impl Injector {
                 // back on its source after it lost keys sits out there.
                 self.down_until[group] =
                     self.down_until[group].max(Instant::now() + self.quarantine);
+                return Ok(true);
             }
         }
+        self.note_master_fault(choice, now);
         Ok(true)
     }
 
@@ -417,28 +411,42 @@ impl Injector {
         choice: &Choice,
         now: Instant,
     ) -> Result<(), LabError> {
+        match choice.fault {
+            Fault::Kill => {
+                lab.kill(choice.group).await?;
+            }
+            Fault::Freeze => {
+                lab.freeze(choice.group).await?;
+            }
+            _ => {
+                lab.restart(choice.group).await?;
+            }
+        }
+        self.note_master_fault(choice, now);
+        Ok(())
+    }
+
+    /// Counts a kill, freeze or restart of a group's master (or a shard's primary) and says
+    /// when it is undone and how long the group counts as disrupted.
+    fn note_master_fault(&mut self, choice: &Choice, now: Instant) {
         let Choice { group, hold, .. } = *choice;
         match choice.fault {
             Fault::Kill => {
-                lab.kill(group).await?;
                 self.injected.kill += 1;
                 self.later(group, now + FAILOVER_ALLOWANCE, Recovery::Revive);
             }
             Fault::Freeze => {
-                lab.freeze(group).await?;
                 self.injected.freeze += 1;
                 // A freeze longer than down-after also ends in a failover.
                 self.later(group, now + hold, Recovery::Thaw);
                 self.down_until[group] = now + FAILOVER_ALLOWANCE.max(hold) + self.quarantine;
             }
             _ => {
-                lab.restart(group).await?;
                 self.injected.restart += 1;
                 self.down_until[group] =
                     Instant::now() + self.quarantine + Duration::from_millis(500);
             }
         }
-        Ok(())
     }
 
     /// Cuts (a partition) or slows (latency) a group's links.
