@@ -155,7 +155,7 @@ async fn python(venv: &Venv, args: &[&str], what: &str) -> bool {
 }
 
 #[tokio::test]
-async fn the_python_package_installs_and_its_pytest_suite_passes_against_real_labs() {
+async fn the_package_installs_and_pytest_passes_on_real_labs() {
     let Some(venv) = installed() else {
         return;
     };
@@ -172,7 +172,7 @@ async fn the_python_package_installs_and_its_pytest_suite_passes_against_real_la
 }
 
 #[tokio::test]
-async fn mypy_strict_passes_on_the_package_its_tests_and_the_example() {
+async fn mypy_strict_passes_on_the_package() {
     let Some(venv) = installed() else {
         return;
     };

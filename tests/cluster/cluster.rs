@@ -84,7 +84,7 @@ fn vote_of(votes: &[GroupVote], group: &str) -> Vote {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_on_cluster_groups_is_granted_renewed_released_and_fenced() {
+async fn a_lock_is_granted_renewed_released_and_fenced() {
     let fx = cluster_lab(3, 2, 0).await;
     let mut first = fx
         .locks
@@ -129,7 +129,7 @@ async fn a_lock_on_cluster_groups_is_granted_renewed_released_and_fenced() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_key_of_a_resource_lives_in_the_slot_of_its_whole_name() {
+async fn a_resources_keys_live_in_its_whole_names_slot() {
     let fx = cluster_lab(3, 2, 0).await;
     let primaries: Vec<u16> = fx
         .lab
@@ -216,7 +216,7 @@ async fn script_calls(port: u16) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_primary_carries_the_lock_calls_of_many_slots_in_one_script_call() {
+async fn a_primary_batches_many_slots_in_one_script_call() {
     let fx = tuned_cluster_lab(3, 1, 0, patient).await;
     let primaries = primaries(&fx.lab, 0).await;
     let [primary] = primaries[..] else {
@@ -260,7 +260,7 @@ async fn a_busy_primary_carries_the_lock_calls_of_many_slots_in_one_script_call(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
+async fn a_batch_checks_each_slots_admission() {
     let fx = tuned_cluster_lab(3, 1, 0, patient).await;
     let [primary] = primaries(&fx.lab, 0).await[..] else {
         panic!("one primary per group");
@@ -303,7 +303,7 @@ async fn a_batch_of_many_slots_checks_the_admission_of_each_slot() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batched_grant_on_a_slot_mid_migration_writes_nothing_on_either_side() {
+async fn a_grant_mid_migration_writes_on_neither_side() {
     let fx = tuned_cluster_lab(3, 2, 0, patient).await;
     let status = fx.lab.status().await;
     let primary_of = |shard: usize| port_of(&status, 0, shard, NodeKind::Master);
@@ -406,7 +406,7 @@ async fn info_number(port: u16, section: &str, prefix: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_slot_map_is_read_again_through_the_primaries_clients_not_new_connections() {
+async fn the_slot_map_is_reread_over_existing_clients() {
     let fx = cluster_lab(3, 1, 0).await;
     let [primary] = primaries(&fx.lab, 0).await[..] else {
         panic!("one primary per group");
@@ -433,7 +433,7 @@ async fn the_slot_map_is_read_again_through_the_primaries_clients_not_new_connec
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_of_several_resources_is_refused_on_cluster_groups_naming_the_field() {
+async fn a_set_is_refused_naming_the_field() {
     let fx = cluster_lab(3, 1, 0).await;
     match fx.locks.acquire_all(&["a", "b"]).ttl(5_000 * MS).await {
         Err(Error::InvalidInput { field, reason }) => {
@@ -453,7 +453,7 @@ async fn a_set_of_several_resources_is_refused_on_cluster_groups_naming_the_fiel
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_the_cluster_promotes_sits_out_the_vote_and_the_engine_follows_the_new_map() {
+async fn a_promoted_replica_sits_out_and_the_map_follows() {
     let fx = cluster_lab(3, 1, 1).await;
     let status = fx.lab.status().await;
     let (old, replica) = (
@@ -603,7 +603,7 @@ async fn subscribed_in_every_group(lab: &Lab, groups: usize, resource: &str) -> 
 /// slot's primary) can give it the lock sooner. The same holds for a force release. With
 /// the announcements off, each waiter would get the lock at its next try, 10 s on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_on_cluster_groups_is_woken_by_the_release_not_by_its_next_poll() {
+async fn a_waiter_wakes_at_the_release_not_its_next_poll() {
     let fx = tuned_cluster_lab(3, 2, 0, slow_retries).await;
     // The holder is another client: its release reaches the waiter only through the groups.
     let other = connect(fx.topology.clone()).await;
@@ -684,7 +684,7 @@ async fn woken_by<F: std::future::Future<Output = ()>>(
 /// nothing else could wake the waiter before its next try, 25 s on. The waiter is then
 /// granted by g2 and g3, while g1's new primary sits out its quarantine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_is_woken_by_a_release_after_its_group_fails_over() {
+async fn a_waiter_wakes_at_a_release_after_a_failover() {
     let fx = tuned_cluster_lab(3, 1, 1, slow_retries).await;
     let status = fx.lab.status().await;
     let node = |group: usize, kind: NodeKind| port_of(&status, group, 0, kind);

@@ -16,7 +16,7 @@ use quorumlock::lab::{ClusterShape, LabSpec, NodeKind};
 const REPLICATED_WITHIN: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replicating() {
+async fn a_failed_slot_does_not_stop_the_next_ones_policy() {
     let dir = temp_dir();
     let lab = start_lab(LabSpec {
         groups: 3,
@@ -86,8 +86,7 @@ async fn a_slot_whose_admission_fails_does_not_stop_the_next_slots_policy_replic
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_group_with_one_primary_at_min_replicas_max_lag_0_is_refused_naming_that_primary()
-{
+async fn a_primary_at_max_lag_0_is_refused_by_name() {
     let dir = temp_dir();
     let lab = start_lab(LabSpec {
         groups: 3,
@@ -132,7 +131,7 @@ async fn a_cluster_group_with_one_primary_at_min_replicas_max_lag_0_is_refused_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_slot_adopts_a_policy_outside_acknowledged_mode() {
+async fn a_slot_adopts_a_policy_outside_acknowledged_mode() {
     // adopt.lua as the engine runs it, answering the first field of its reply only: this
     // test's RESP reads no arrays.
     const ADOPT: &str = concat!(

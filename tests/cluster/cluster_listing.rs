@@ -135,8 +135,7 @@ fn names(stem: &str, count: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn held_locks_and_semaphores_on_cluster_groups_are_listed_by_prefix_and_released_ones_are_not()
- {
+async fn held_locks_and_semaphores_are_listed_by_prefix() {
     let fx = cluster_lab(3, 2).await;
     let held = hold_a_lock_and_two_permits(&fx.locks).await;
     let other = fx
@@ -205,7 +204,7 @@ async fn held_locks_and_semaphores_on_cluster_groups_are_listed_by_prefix_and_re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listing_of_cluster_groups_paged_with_a_small_limit_lists_every_held_lock_once() {
+async fn small_pages_list_every_held_lock_once() {
     let fx = cluster_lab(3, 2).await;
     let leases = hold(&fx.locks, "paged:", 40).await;
     let pages = rest_of_listing(&fx.locks, "paged:", 7, None).await;
@@ -218,7 +217,7 @@ async fn a_listing_of_cluster_groups_paged_with_a_small_limit_lists_every_held_l
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cursor_taken_before_the_slots_ahead_of_it_move_resumes_on_their_new_primary() {
+async fn a_cursor_resumes_on_the_new_primary_of_moved_slots() {
     let mut fx = cluster_lab(3, 2).await;
     let leases = hold(&fx.locks, "moving:", 30).await;
     let first = fx
@@ -264,8 +263,7 @@ async fn a_cursor_taken_before_the_slots_ahead_of_it_move_resumes_on_their_new_p
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_primary_that_stops_answering_mid_walk_ends_a_resumed_listing_and_a_new_one_passes_over_its_group()
- {
+async fn a_primary_gone_mid_walk_ends_the_resumed_listing() {
     let mut fx = cluster_lab(3, 2).await;
     let leases = hold_on_every_group(&fx.locks, "frozen:", 20).await;
     // The walk reads slots in order: g1's first shard serves the first half.
@@ -295,7 +293,7 @@ async fn a_primary_that_stops_answering_mid_walk_ends_a_resumed_listing_and_a_ne
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listing_while_a_slot_is_mid_migration_lists_each_held_lock_once_or_says_it_cannot() {
+async fn mid_migration_each_lock_is_listed_once_or_an_error() {
     let fx = cluster_lab(3, 2).await;
     let leases = hold_on_every_group(&fx.locks, "half:", 6).await;
     let status = fx.lab.status().await;

@@ -179,7 +179,7 @@ async fn assert_refused_by_quarantine(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_closed_back_after_its_lock_key_left_sits_out_and_the_lock_keeps_one_holder() {
+async fn a_slot_closed_back_sits_out_with_one_holder() {
     let fx = reshard_lab().await;
     let resource = "r1";
     let _x = fx
@@ -211,7 +211,7 @@ async fn a_slot_closed_back_after_its_lock_key_left_sits_out_and_the_lock_keeps_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_slot_closed_back_after_its_target_primary_died_mid_migration_sits_out() {
+async fn a_slot_closed_back_after_its_target_died_sits_out() {
     let mut fx = reshard_lab().await;
     let resource = "r2";
     let _x = fx
@@ -245,7 +245,7 @@ async fn a_slot_closed_back_after_its_target_primary_died_mid_migration_sits_out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fence_that_left_with_its_slot_refuses_a_proposal_below_it() {
+async fn a_moved_fence_refuses_a_proposal_below_it() {
     let fx = reshard_lab().await;
     let resource = "r3";
     let x = fx
@@ -301,7 +301,7 @@ async fn a_fence_that_left_with_its_slot_refuses_a_proposal_below_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_renewals_releases_expiries_and_a_whole_migration_put_no_slot_out_early() {
+async fn ordinary_calls_and_a_migration_put_no_slot_out_early() {
     let mut fx = reshard_lab().await;
     let locks = &fx.locks;
     for _ in 0..3 {
@@ -398,7 +398,7 @@ async fn grants_renewals_releases_expiries_and_a_whole_migration_put_no_slot_out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_quarantine_command_puts_a_slot_a_resource_or_a_group_out_and_never_shortens_one() {
+async fn quarantine_puts_any_scope_out_and_never_shortens() {
     let fx = reshard_lab().await;
     let locks = &fx.locks;
     let quarantine = fx.quarantine_ms as i64;
@@ -467,7 +467,7 @@ async fn the_quarantine_command_puts_a_slot_a_resource_or_a_group_out_and_never_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_after_its_slot_moved_reaches_the_new_owner_within_the_call_timeout() {
+async fn a_release_after_a_move_reaches_the_new_owner() {
     let fx = reshard_lab().await;
     let resource = "r6";
     let x = fx
@@ -510,7 +510,7 @@ async fn a_release_after_its_slot_moved_reaches_the_new_owner_within_the_call_ti
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphore_whose_count_left_with_a_broken_off_migration_gives_no_extra_permit() {
+async fn a_broken_off_migration_gives_no_extra_permit() {
     let fx = reshard_lab().await;
     let name = "sem";
     let mut held = Vec::new();

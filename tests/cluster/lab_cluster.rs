@@ -67,8 +67,7 @@ impl Drop for CommandLineLab {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_lab_serves_every_slot_in_five_groups_moves_slots_with_their_keys_and_stops_every_process()
- {
+async fn the_lab_serves_five_groups_moves_slots_and_stops() {
     let cli = CommandLineLab { dir: temp_dir() };
     let up = cli.ok(&["lab", "up", "--cluster", "--shards", "2", "--replicas", "1"]);
     assert!(
@@ -191,7 +190,7 @@ async fn a_cluster_lab_serves_every_slot_in_five_groups_moves_slots_with_their_k
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_a_shards_primary_gets_its_replica_promoted_by_the_cluster() {
+async fn killing_a_primary_gets_its_replica_promoted() {
     let dir = temp_dir();
     // A cluster fails over only while most of its primaries are alive: three shards.
     let mut lab = start_lab(LabSpec {

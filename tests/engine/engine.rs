@@ -65,7 +65,7 @@ async fn mutual_exclusion_under_contention() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ttl_expiry_frees_the_lock_and_stale_tokens_do_nothing() {
+async fn expiry_frees_the_lock_and_stale_tokens_do_nothing() {
     let fx = sentinel_lab().await;
     let first = fx
         .locks
@@ -273,7 +273,7 @@ async fn frozen_masters_cost_at_most_the_call_timeout() {
 /// subscriber checks its master's role before it is up, and a frozen master never answers:
 /// the waiter must still give up at the end of its wait, not at the subscriber's timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_master_does_not_hold_a_waiter_past_its_wait() {
+async fn a_frozen_master_keeps_no_waiter_past_its_wait() {
     let mut fx = sentinel_lab().await;
     fx.lab.freeze(4).await.expect("freeze");
     let lease = fx.locks.acquire("waited-on").await.expect("4 of 5 answer");
@@ -299,7 +299,7 @@ async fn a_frozen_master_does_not_hold_a_waiter_past_its_wait() {
 /// A group that is down when a client connects is reached once it is back: the client keeps
 /// reconnecting instead of giving up after its first failure.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_down_at_connect_joins_once_it_is_back() {
+async fn a_group_down_at_connect_joins_once_back() {
     let mut fx = plain_lab().await;
     fx.lab.kill(4).await.expect("kill");
     let locks = fx.client().await;
@@ -319,7 +319,7 @@ async fn a_group_down_at_connect_joins_once_it_is_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
+async fn a_slow_acquire_fails_and_rolls_back() {
     let mut fx = fixture(plain, |mut topology| {
         topology.call_timeout_ms = 5_000;
         topology
@@ -354,7 +354,7 @@ async fn an_acquire_slower_than_its_validity_fails_and_rolls_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fencing_tokens_grow_across_release_expiry_and_data_loss() {
+async fn fences_grow_across_release_expiry_and_data_loss() {
     let fx = sentinel_lab().await;
     let mut fences = Vec::new();
     let released = fx.locks.acquire("fenced").await.expect("acquire");
@@ -560,7 +560,7 @@ async fn list_shows_held_locks_by_prefix() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn health_reports_masters_replicas_sentinels_and_admission() {
+async fn health_reports_every_node_and_admission() {
     let mut fx = sentinel_lab().await;
     let health = fx.locks.health().await;
     assert!(health.quorum_available);
@@ -581,7 +581,7 @@ async fn health_reports_masters_replicas_sentinels_and_admission() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
+async fn force_release_clears_a_lock_and_keeps_the_fence() {
     let fx = sentinel_lab().await;
     let stuck = fx
         .locks
@@ -610,7 +610,7 @@ async fn force_release_clears_a_stuck_lock_and_keeps_the_fence() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn waiters_wake_at_each_release_not_at_their_next_poll() {
+async fn waiters_wake_at_each_release_not_their_next_poll() {
     // Retries are 10 s apart: only release announcements can wake the waiters sooner.
     let fx = fixture(
         |spec| spec,
@@ -679,7 +679,7 @@ async fn evalsha_calls(fx: &Fixture) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
+async fn concurrent_calls_share_script_calls_but_not_answers() {
     let fx = plain_lab().await;
     // A value of the wrong type makes this resource's script call raise an error on every
     // master; the calls batched with it must not fail with it.
@@ -759,7 +759,7 @@ async fn concurrent_calls_share_script_calls_and_answer_each_caller_alone() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_master_under_load_refuses_calls_instead_of_stalling_them() {
+async fn a_frozen_master_under_load_refuses_not_stalls() {
     let mut fx = plain_lab().await;
     fx.lab.freeze(4).await.expect("freeze");
     // More calls at once than the frozen master's queue takes: the first waits for it, the
@@ -919,7 +919,7 @@ async fn released_late(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_released() {
+async fn a_release_with_late_replies_still_says_released() {
     // Long enough a call timeout for the test to act between a try and its retry.
     let fx = late_replies_fixture().await;
     let lease = fx
@@ -939,7 +939,7 @@ async fn a_release_whose_replies_came_back_too_late_still_reports_the_lock_relea
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_released() {
+async fn a_late_release_of_a_taken_lock_says_not_released() {
     let fx = late_replies_fixture().await;
     let lease = fx
         .locks
@@ -973,7 +973,7 @@ async fn a_late_answered_release_of_a_lock_another_holder_took_says_it_was_not_r
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_late() {
+async fn a_release_of_an_ended_lease_says_so_even_if_late() {
     let fx = late_replies_fixture().await;
     let lease = fx
         .locks
@@ -998,7 +998,7 @@ async fn a_release_of_a_lease_that_had_ended_says_so_even_when_a_group_answered_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_after_the_lease_lapsed_never_says_released() {
+async fn a_release_after_a_lapse_never_says_released() {
     let fx = late_replies_fixture().await;
     let lease = fx
         .locks
@@ -1027,7 +1027,7 @@ async fn a_release_after_the_lease_lapsed_never_says_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_by_token_whose_first_try_went_unanswered_never_says_released() {
+async fn an_unanswered_release_never_says_released() {
     let fx = late_replies_fixture().await;
     let lease = fx
         .locks
@@ -1055,7 +1055,7 @@ async fn a_release_by_token_whose_first_try_went_unanswered_never_says_released(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_extend_to_a_shorter_ttl_cuts_the_lease_validity_to_it() {
+async fn a_failed_shorter_extend_cuts_the_validity() {
     let fx = plain_lab().await;
     let mut lease = fx
         .locks

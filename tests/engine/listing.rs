@@ -85,7 +85,7 @@ fn names(stem: &str, count: usize) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_whose_key_expired_on_a_group_read_before_is_not_listed_again() {
+async fn a_key_expired_on_a_read_group_is_not_relisted() {
     let fx = plain_lab().await;
     let _first = hold(&fx, "exp:a", 5).await;
     let _later = hold(&fx, "exp:b", 5).await;
@@ -121,7 +121,7 @@ async fn a_lock_whose_key_expired_on_a_group_read_before_is_not_listed_again() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiters_partial_grant_on_a_group_read_before_does_not_hide_a_held_lock() {
+async fn a_waiters_partial_grant_hides_no_held_lock() {
     let fx = plain_lab().await;
     let _first = hold(&fx, "wait:a", 5).await;
     let _held = hold(&fx, "wait:b", 1).await;
@@ -173,7 +173,7 @@ async fn a_waiters_partial_grant_on_a_group_read_before_does_not_hide_a_held_loc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_group_that_stops_answering_partway_through_its_walk_ends_the_listing_without_a_repeat() {
+async fn a_group_gone_mid_walk_ends_it_without_a_repeat() {
     let mut fx = plain_lab().await;
     let _held = hold(&fx, "mid:", 12).await;
     let first = fx
@@ -207,7 +207,7 @@ async fn a_group_that_stops_answering_partway_through_its_walk_ends_the_listing_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_listing_with_too_few_groups_answering_is_an_error_not_an_empty_page() {
+async fn too_few_groups_is_an_error_not_an_empty_page() {
     let mut fx = plain_lab().await;
     let _held = hold(&fx, "few:", 3).await;
     for group in 0..3 {
@@ -227,7 +227,7 @@ async fn a_listing_with_too_few_groups_answering_is_an_error_not_an_empty_page()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_that_too_few_answering_groups_cannot_tell_is_an_error_not_a_missing_entry() {
+async fn an_unknowable_lock_is_an_error_not_a_gap() {
     let mut fx = plain_lab().await;
     let _held = hold(&fx, "tell:", 1).await;
     // Held on the first three groups only; the first stops answering: two of five hold it,

@@ -22,7 +22,7 @@ fn name(n: usize) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn following_next_cursor_lists_every_held_lock_and_semaphore_exactly_once() {
+async fn next_cursor_lists_every_lock_exactly_once() {
     let fx = plain_lab().await;
     let acquired: Vec<_> = futures::stream::iter(0..LOCKS)
         .map(|n| {
@@ -127,7 +127,7 @@ async fn following_next_cursor_lists_every_held_lock_and_semaphore_exactly_once(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cursor_no_listing_returned_is_refused_naming_cursor() {
+async fn a_made_up_cursor_is_refused_naming_it() {
     let fx = plain_lab().await;
     let mut leases = Vec::new();
     for n in 0..3 {

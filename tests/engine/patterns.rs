@@ -124,7 +124,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_hands_the_command_the_lease_passes_its_exit_code_through_and_frees_the_lock() {
+async fn run_passes_the_exit_code_through_and_frees_the_lock() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let seen = fx.path("env");
@@ -170,7 +170,7 @@ async fn run_hands_the_command_the_lease_passes_its_exit_code_through_and_frees_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_on_a_held_lock_exits_1_and_never_starts_the_command() {
+async fn run_on_a_held_lock_exits_1_without_the_command() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let held = fx
@@ -198,7 +198,7 @@ async fn run_on_a_held_lock_exits_1_and_never_starts_the_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_without_a_command_is_a_usage_error_naming_it() {
+async fn run_without_a_command_is_a_usage_error() {
     // Arguments are checked before any topology is looked for.
     let nowhere = Path::new("/nonexistent/quorumlock.toml");
     for args in [&["deploy"][..], &["deploy", "--"][..]] {
@@ -210,7 +210,7 @@ async fn run_without_a_command_is_a_usage_error_naming_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_lease_sends_the_command_sigterm_and_run_exits_lease_lost() {
+async fn a_lost_lease_sigterms_the_command_and_run_exits() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let trapped = fx.path("trapped");
@@ -260,7 +260,7 @@ async fn a_lost_lease_sends_the_command_sigterm_and_run_exits_lease_lost() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_that_ignores_sigterm_after_a_lost_lease_is_killed_after_the_grace() {
+async fn a_command_ignoring_sigterm_dies_after_the_grace() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let ttl = TTL_MS.to_string();
@@ -291,7 +291,7 @@ async fn a_command_that_ignores_sigterm_after_a_lost_lease_is_killed_after_the_g
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigint_to_run_is_forwarded_to_the_command_and_the_lock_released() {
+async fn sigint_reaches_the_command_and_frees_the_lock() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let trapped = fx.path("trapped");
@@ -340,7 +340,7 @@ fn permit_seen(seen: &Path) -> (String, u32, String, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn run_with_permits_runs_at_most_n_commands_each_under_a_permit_of_its_own() {
+async fn run_with_permits_runs_at_most_n_commands() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let (seen_a, seen_b) = (fx.path("a"), fx.path("b"));
@@ -458,7 +458,7 @@ async fn run_with_permits_runs_at_most_n_commands_each_under_a_permit_of_its_own
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_lock_returns_the_work_output_and_releases_the_lock() {
+async fn with_lock_returns_the_output_and_releases() {
     let fx = plain_lab().await;
     let other = fx.client().await;
     let options = AcquireOptions {
@@ -490,7 +490,7 @@ async fn with_lock_returns_the_work_output_and_releases_the_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_lost_during_with_lock_drops_the_work_and_returns_lease_lost() {
+async fn with_lock_drops_the_work_when_the_lease_is_lost() {
     let fx = plain_lab().await;
     let admin = fx.client().await;
     let options = AcquireOptions {
@@ -623,7 +623,7 @@ async fn all_exited(pids: [i32; 2], within: Duration) -> Option<Instant> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_max_hold_the_next_holder_starts_only_after_every_process_of_the_command_died() {
+async fn at_max_hold_the_command_dies_before_the_next_holder() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let pids = fx.path("pids");
@@ -667,7 +667,7 @@ async fn at_max_hold_the_next_holder_starts_only_after_every_process_of_the_comm
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn while_renewals_fail_the_commands_whole_group_dies_before_the_lease_validity_ends() {
+async fn failing_renewals_kill_the_command_before_expiry() {
     let mut fx = plain_lab().await;
     let config = fx.lab.config_path();
     let pids = fx.path("pids");
@@ -737,7 +737,7 @@ async fn the_command_dies_with_run_when_run_is_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_max_hold_with_lock_drops_the_work_before_the_lock_can_go_to_anyone_else() {
+async fn at_max_hold_with_lock_drops_the_work_first() {
     let fx = plain_lab().await;
     let capped = connect(Topology {
         max_hold_ms: 1500,
@@ -786,7 +786,7 @@ async fn at_max_hold_with_lock_drops_the_work_before_the_lock_can_go_to_anyone_e
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kept_lease_is_lost_when_its_validity_ends_even_while_a_renewal_hangs() {
+async fn a_kept_lease_ends_at_its_validity_if_renewal_hangs() {
     let mut fx = plain_lab().await;
     // A renewal to a frozen master waits out this call timeout, far past the validity.
     let slow = connect(Topology {
@@ -936,7 +936,7 @@ impl Drop for OnTerminal {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_a_terminal_the_command_reads_its_input_and_ctrl_c_reaches_it() {
+async fn at_a_terminal_the_command_gets_input_and_ctrl_c() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let mut run = OnTerminal::start(
@@ -966,7 +966,7 @@ async fn at_a_terminal_the_command_reads_its_input_and_ctrl_c_reaches_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_command_stopped_with_ctrl_z_is_killed_before_its_lease_can_go_to_anyone_else() {
+async fn a_ctrl_z_stopped_command_dies_before_the_lease_goes() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let pid_file = fx.path("pid");
@@ -1011,7 +1011,7 @@ async fn a_command_stopped_with_ctrl_z_is_killed_before_its_lease_can_go_to_anyo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_the_command_leaves_running_is_stopped_before_the_lock_is_released() {
+async fn leftover_processes_stop_before_the_release() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let pid_file = fx.path("pid");

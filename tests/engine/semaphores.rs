@@ -20,7 +20,7 @@ fn permits_channel(name: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphore_grants_its_permits_then_refuses_until_one_is_released() {
+async fn permits_are_granted_then_refused_until_a_release() {
     let fx = plain_lab().await;
     let first = fx
         .locks
@@ -64,7 +64,7 @@ async fn a_semaphore_grants_its_permits_then_refuses_until_one_is_released() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn holders_never_outnumber_the_permits_under_contention() {
+async fn holders_never_outnumber_the_permits() {
     let fx = plain_lab().await;
     const PERMITS: u32 = 3;
     let holding = Arc::new(AtomicUsize::new(0));
@@ -128,7 +128,7 @@ async fn holders_never_outnumber_the_permits_under_contention() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dead_holders_permit_frees_itself_within_its_ttl() {
+async fn a_dead_holders_permit_frees_within_its_ttl() {
     let fx = plain_lab().await;
     let dead = fx
         .locks
@@ -153,7 +153,7 @@ async fn a_dead_holders_permit_frees_itself_within_its_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_for_a_full_semaphore_is_woken_by_a_release() {
+async fn a_waiter_on_a_full_semaphore_wakes_at_a_release() {
     let fx = plain_lab().await;
     let held = fx
         .locks
@@ -184,7 +184,7 @@ async fn a_waiter_for_a_full_semaphore_is_woken_by_a_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permit_renews_by_its_token_and_keepalive_keeps_it() {
+async fn a_permit_renews_by_token_and_keepalive_keeps_it() {
     let fx = plain_lab().await;
     let permit = fx
         .locks
@@ -235,7 +235,7 @@ async fn a_permit_renews_by_its_token_and_keepalive_keeps_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permit_kept_by_renewals_alone_keeps_its_semaphores_count() {
+async fn a_renewed_permit_keeps_the_count() {
     use fred::prelude::KeysInterface;
     let fx = plain_lab().await;
     let mut held = fx
@@ -274,7 +274,7 @@ async fn a_permit_kept_by_renewals_alone_keeps_its_semaphores_count() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permit_count_that_disagrees_or_is_out_of_bounds_is_refused_naming_the_field() {
+async fn a_bad_permit_count_is_refused_naming_the_field() {
     let fx = plain_lab().await;
     let held = fx
         .locks
@@ -299,7 +299,7 @@ async fn a_permit_count_that_disagrees_or_is_out_of_bounds_is_refused_naming_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphore_in_use_is_one_entry_in_list_with_its_holders() {
+async fn a_semaphore_in_use_is_one_entry_in_list() {
     let fx = plain_lab().await;
     let common::LockAndPermits { lock, permits } =
         common::hold_a_lock_and_two_permits(&fx.locks).await;

@@ -14,7 +14,7 @@ use quorumlock::{Error, MAX_SET_RESOURCES};
 const MS: Duration = Duration::from_millis(1);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_is_taken_all_or_nothing_and_released_together() {
+async fn a_set_is_taken_and_released_all_or_nothing() {
     let fx = plain_lab().await;
     let before = fx.locks.acquire("b").await.expect("b alone");
     let fence_b = before.fencing_token();
@@ -52,7 +52,7 @@ async fn a_set_is_taken_all_or_nothing_and_released_together() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_that_meets_a_held_resource_takes_nothing_and_names_it() {
+async fn a_set_meeting_a_held_member_takes_nothing_and_names_it() {
     let fx = plain_lab().await;
     let other = fx.client().await;
     let held = other
@@ -84,7 +84,7 @@ async fn a_set_that_meets_a_held_resource_takes_nothing_and_names_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_waits_for_the_member_that_is_held_and_takes_it_at_its_release() {
+async fn a_set_waits_for_its_held_member_and_takes_it() {
     let fx = plain_lab().await;
     let other = fx.client().await;
     let held = other.acquire("y").ttl(10_000 * MS).await.expect("y");
@@ -112,7 +112,7 @@ async fn a_set_waits_for_the_member_that_is_held_and_takes_it_at_its_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn callers_naming_overlapping_sets_in_any_order_never_deadlock_nor_overlap() {
+async fn overlapping_sets_never_deadlock_nor_overlap() {
     let fx = plain_lab().await;
     let orders: [&[&str]; 4] = [&["p", "q", "r"], &["r", "q", "p"], &["q", "p"], &["r", "p"]];
     // Who holds each resource now; a second holder is an overlap.
@@ -166,7 +166,7 @@ async fn callers_naming_overlapping_sets_in_any_order_never_deadlock_nor_overlap
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_is_renewed_only_where_every_member_is_still_held() {
+async fn a_set_renews_only_if_every_member_is_held() {
     let fx = plain_lab().await;
     let set = fx
         .locks
@@ -195,7 +195,7 @@ async fn a_set_is_renewed_only_where_every_member_is_still_held() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_sets_are_refused_naming_the_field_and_lock_nothing() {
+async fn bad_sets_are_refused_naming_the_field() {
     let fx = plain_lab().await;
     let field = |outcome: Result<quorumlock::Lease, Error>| match outcome {
         Err(Error::InvalidInput { field, reason }) => format!("{field}: {reason}"),

@@ -44,7 +44,7 @@ async fn the_lock_holds_while_masters_die() {
 /// the run's resources move between shards (resharding) under the workers. Sets are refused
 /// on Cluster groups, so the workers take single locks and permits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_holds_on_cluster_groups_while_primaries_die_and_slots_move() {
+async fn the_lock_holds_as_primaries_die_and_slots_move() {
     let options = ChaosOptions {
         duration: Duration::from_secs(45),
         patterns: vec![Pattern::Locks, Pattern::Permits],
@@ -94,7 +94,7 @@ async fn the_lock_holds_on_cluster_groups_while_primaries_die_and_slots_move() {
 /// safety only: availability is measured on release builds and reported (docs/safety.md,
 /// "Failover storms"); the figures of this run are printed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_holds_through_a_failover_storm_in_acknowledged_mode() {
+async fn the_lock_holds_through_an_acknowledged_storm() {
     let options = ChaosOptions {
         duration: Duration::from_secs(50),
         workers: 12,
@@ -138,7 +138,7 @@ async fn the_lock_holds_through_a_failover_storm_in_acknowledged_mode() {
 }
 
 #[test]
-fn chaos_refuses_a_storm_on_cluster_groups_naming_the_option() {
+fn a_storm_on_cluster_groups_is_refused_by_name() {
     let options = ChaosOptions {
         patterns: vec![Pattern::Locks],
         faults: vec![Fault::Kill],
@@ -152,7 +152,7 @@ fn chaos_refuses_a_storm_on_cluster_groups_naming_the_option() {
 }
 
 #[test]
-fn the_production_policy_gives_a_minute_and_a_twelve_second_write_window() {
+fn production_policy_gives_a_minute_and_a_12s_window() {
     let options = ChaosOptions {
         storm: Some(Storm::default()),
         production_policy: true,
@@ -178,7 +178,7 @@ fn the_production_policy_gives_a_minute_and_a_twelve_second_write_window() {
 }
 
 #[test]
-fn chaos_refuses_sets_and_relay_faults_on_cluster_groups_naming_the_option() {
+fn sets_and_relay_faults_on_cluster_groups_are_refused() {
     let field = |options: ChaosOptions| match check_cluster(&options) {
         Err(quorumlock::Error::InvalidInput { field, .. }) => field,
         other => panic!("accepted: {other:?}"),
@@ -251,7 +251,7 @@ fn assert_safe_and_busy(report: &ChaosReport, acquisitions: u64, success_rate: f
 const SET_SUCCESS_RATE: f64 = 0.3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_lock_holds_while_partitions_split_brains_links_slow_and_clocks_drift() {
+async fn the_lock_holds_through_partitions_and_drift() {
     let options = ChaosOptions {
         duration: Duration::from_secs(60),
         faults: vec![
@@ -355,7 +355,7 @@ fn permit(slot: u32, permits: u32, fence: u64, span: (u64, u64), base: Instant) 
 }
 
 #[test]
-fn the_checker_catches_two_holders_of_one_set_member() {
+fn the_checker_catches_two_holders_of_a_member() {
     let base = Instant::now();
     let checker = Checker::new();
     checker.record(hold(&["a", "b", "c"], 10, (0, 50), base));
@@ -387,7 +387,7 @@ fn the_checker_catches_two_holders_of_one_set_member() {
 }
 
 #[test]
-fn the_checker_catches_more_permits_than_the_semaphore_has() {
+fn the_checker_catches_too_many_permits() {
     let base = Instant::now();
     let checker = Checker::new();
     checker.record(permit(0, 2, 10, (0, 50), base));
@@ -427,7 +427,7 @@ fn the_checker_catches_more_permits_than_the_semaphore_has() {
 }
 
 #[test]
-fn the_checker_and_the_store_catch_a_fencing_regression_on_a_slot() {
+fn a_fencing_regression_on_a_slot_is_caught() {
     let base = Instant::now();
     let checker = Checker::new();
     // Tokens grow per slot: slot 0's smaller token after slot 1's larger one is fine.

@@ -33,7 +33,7 @@ async fn attempt_votes(locks: &Locks, resource: &str) -> Vec<quorumlock::GroupVo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
+async fn a_promoted_replica_sits_out_and_the_group_moves() {
     let mut fx = sentinel_lab().await;
     let mut failovers = fx.locks.failovers();
     let killed = fx.lab.kill(0).await.expect("kill");
@@ -112,7 +112,7 @@ async fn a_promoted_replica_sits_out_and_the_group_moves_at_the_announcement() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
+async fn an_emptied_master_rejoins_without_a_double_grant() {
     let mut fx = fixture(
         |spec| LabSpec {
             max_ttl_ms: 2_000,
@@ -193,7 +193,7 @@ async fn a_master_restarted_empty_rejoins_without_a_double_grant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_acknowledged_mode_grants_the_replicas_do_not_hold_do_not_count() {
+async fn unreplicated_grants_do_not_count_in_acknowledged_mode() {
     let fx = fixture(
         |spec| LabSpec {
             acknowledged: true,
@@ -319,7 +319,7 @@ async fn settled_vote(locks: &Locks, group: &str, resource: &str) -> Vote {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_acknowledged_mode_a_promoted_replica_votes_at_once_and_keeps_the_lock() {
+async fn an_acknowledged_promotion_votes_at_once_and_keeps_the_lock() {
     let mut fx = acknowledged_lab().await;
     let lease = fx
         .locks
@@ -340,7 +340,7 @@ async fn in_acknowledged_mode_a_promoted_replica_votes_at_once_and_keeps_the_loc
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_acknowledged_mode_a_replica_without_its_masters_record_sits_out() {
+async fn an_acknowledged_replica_without_the_record_sits_out() {
     let mut fx = acknowledged_lab().await;
     attempt_votes(&fx.locks, "records").await;
     // The replica's record names another history, as if it had missed its master's: it
@@ -368,7 +368,7 @@ async fn in_acknowledged_mode_a_replica_without_its_masters_record_sits_out() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_acknowledged_mode_a_master_short_of_its_replica_does_not_vote() {
+async fn an_acknowledged_master_short_of_its_replica_does_not_vote() {
     // Without min-replicas-to-write, which acknowledged mode does not need, so the master's
     // own check answers rather than Redis's NOREPLICAS; one group, so its vote is awaited.
     let fx = fixture(
@@ -414,7 +414,7 @@ async fn in_acknowledged_mode_a_master_short_of_its_replica_does_not_vote() {
 /// A client that does not wait for the replicas (an older one, or one whose idea of the mode
 /// is stale) gets no vote: the master refuses and writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_acknowledged_master_refuses_a_vote_whose_client_waits_for_no_replica() {
+async fn an_acknowledged_master_refuses_a_client_waiting_for_none() {
     const ACQUIRE: &str = concat!(
         include_str!("../../lua/holder.lua"),
         include_str!("../../lua/info.lua"),
@@ -474,7 +474,7 @@ async fn policy_field(port: u16, field: &str) -> common::resp::Reply {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_acknowledged_mode_a_client_that_knows_no_mode_finds_no_policy_to_vote_under() {
+async fn acknowledged_mode_gives_a_modeless_client_no_policy() {
     let fx = acknowledged_lab().await;
     // A client from before the mode reads the TTL from max_ttl_ms only, and would grant
     // without waiting for the replicas. Finding no policy, it does not vote.
@@ -489,7 +489,7 @@ async fn in_acknowledged_mode_a_client_that_knows_no_mode_finds_no_policy_to_vot
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_mode_ends_only_once_every_replica_holds_the_revoked_record() {
+async fn acknowledged_mode_ends_once_replicas_hold_the_revocation() {
     use quorumlock::lab::NodeKind;
     let fx = acknowledged_lab().await;
     attempt_votes(&fx.locks, "records").await;
@@ -554,7 +554,7 @@ async fn acknowledged_mode_ends_only_once_every_replica_holds_the_revoked_record
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledged_mode_is_refused_while_sentinel_knows_a_replica_the_master_has_not() {
+async fn acknowledged_mode_is_refused_while_a_replica_is_unknown() {
     use quorumlock::lab::NodeKind;
     let fx = fixture(
         |spec| LabSpec {
@@ -603,7 +603,7 @@ async fn acknowledged_mode_is_refused_while_sentinel_knows_a_replica_the_master_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn once_acknowledged_mode_is_off_a_client_stops_waiting_for_replicas() {
+async fn after_acknowledged_mode_a_client_stops_waiting() {
     use quorumlock::lab::NodeKind;
     let fx = acknowledged_lab().await;
     // The client learns the mode from a vote.

@@ -60,7 +60,7 @@ fn addressing(topology: &Topology, old: &Node) -> Topology {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lab_with_links_serves_locks_through_the_relays() {
+async fn a_lab_with_links_serves_locks_through_relays() {
     let fx = fixture(with_links, |topology| topology).await;
 
     // Sentinel names the public ports: every client link goes through a relay.
@@ -117,7 +117,7 @@ async fn a_lab_with_links_serves_locks_through_the_relays() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lab_without_links_refuses_partitions_and_links_need_the_binary() {
+async fn a_lab_without_links_refuses_partitions() {
     let fx = fixture(common::plain, |topology| topology).await;
     let error = fx
         .lab
@@ -148,7 +148,7 @@ async fn a_lab_without_links_refuses_partitions_and_links_need_the_binary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cutting_a_masters_client_links_times_its_group_out_and_healing_brings_it_back() {
+async fn cutting_client_links_times_a_group_out_until_healed() {
     let fx = fixture(with_links, |topology| topology).await;
     let before = fx.lab.master_of(0).await.expect("master");
     assert_eq!(
@@ -211,8 +211,7 @@ async fn cutting_a_masters_client_links_times_its_group_out_and_healing_brings_i
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cutting_a_masters_replica_and_sentinel_links_promotes_the_replica_while_direct_clients_still_reach_it()
- {
+async fn cutting_a_masters_sentinel_links_promotes_its_replica() {
     // The unsafe shape on purpose: without min-replicas-to-write the old master goes on
     // taking writes once cut off from its replica.
     let fx = fixture(
@@ -307,7 +306,7 @@ async fn ping_time(port: u16) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slowing_a_masters_client_links_delays_its_answers_until_healed() {
+async fn slow_client_links_delay_answers_until_healed() {
     let fx = fixture(|spec| with_links(common::plain(spec)), |topology| topology).await;
     let master = fx.lab.master_of(0).await.expect("master");
     assert!(ping_time(master.public_port).await < Duration::from_millis(150));
@@ -343,7 +342,7 @@ async fn slowing_a_masters_client_links_delays_its_answers_until_healed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restarted_node_keeps_its_relay_and_its_cuts() {
+async fn a_restarted_node_keeps_its_relay_and_cuts() {
     let mut fx = fixture(|spec| with_links(common::plain(spec)), |topology| topology).await;
     let relay_pid = |status: &[quorumlock::lab::NodeStatus], port: u16| {
         status
@@ -426,8 +425,7 @@ impl Drop for CommandLineLab {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lab_started_with_links_from_the_command_line_keeps_its_relays_and_obeys_partition_heal_and_slow()
- {
+async fn a_cli_lab_with_links_obeys_partition_heal_and_slow() {
     let cli = CommandLineLab {
         dir: common::temp_dir(),
     };
@@ -715,7 +713,7 @@ impl SplitBrain {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_isolated_old_master_stops_granting_before_the_promoted_replica_votes() {
+async fn an_isolated_master_stops_before_the_new_one_votes() {
     let run = split_brain(Some(1)).await;
     assert!(
         !run.overlap,
@@ -752,7 +750,7 @@ async fn an_isolated_old_master_stops_granting_before_the_promoted_replica_votes
 /// g1 + g4 + g5 while O still holds old g1 + g2 + g3. This is the failure the fix prevents; if
 /// it ever stops overlapping, the test above no longer shows anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_a_write_window_an_isolated_old_master_grants_beside_the_promoted_replica() {
+async fn without_a_write_window_an_isolated_master_grants() {
     let run = split_brain(None).await;
     assert_eq!(run.o_stopped_by, None, "{run:#?}");
     assert!(

@@ -36,7 +36,7 @@ fn with_max_ttl(topology: &Topology, max_ttl_ms: u64) -> Topology {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_with_a_shorter_max_ttl_cannot_shorten_the_quarantine_of_restarted_masters() {
+async fn a_shorter_client_max_ttl_cannot_cut_a_quarantine() {
     let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
     // A takes a lease on g1..g3 while g4 and g5 are down.
     fx.lab.kill(3).await.expect("kill g4");
@@ -79,7 +79,7 @@ async fn a_client_with_a_shorter_max_ttl_cannot_shorten_the_quarantine_of_restar
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_restarted_empty_sits_out_the_policy_of_the_majority_not_the_clients_max_ttl() {
+async fn an_emptied_master_sits_out_the_majority_policy() {
     let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
     fx.lab.restart(0).await.expect("restart g1 empty");
     let b = connect(with_max_ttl(&fx.topology, 600)).await;
@@ -107,7 +107,7 @@ async fn a_master_restarted_empty_sits_out_the_policy_of_the_majority_not_the_cl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_raised_during_a_quarantine_lengthens_it_to_the_new_policy() {
+async fn a_raise_during_a_quarantine_lengthens_it() {
     let mut fx = fixture(plain_with_policy(1_000), |topology| topology).await;
     fx.lab.restart(0).await.expect("restart g1 empty");
     // g1 adopts the majority's 1 s policy and sits out 1 s from then.
@@ -155,7 +155,7 @@ async fn a_policy_raised_during_a_quarantine_lengthens_it_to_the_new_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_above_the_masters_policy_is_refused_naming_the_field() {
+async fn a_ttl_above_the_policy_is_refused_by_name() {
     let fx = fixture(plain_with_policy(3_000), |topology| topology).await;
     let newer = connect(with_max_ttl(&fx.topology, 300_000)).await;
     match newer.acquire("long").ttl(Duration::from_secs(300)).await {
@@ -285,7 +285,7 @@ async fn every_attempt_of_one_acquire_has_its_own_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_denied_by_a_majority_holder_does_not_spin_on_its_own_rollbacks() {
+async fn a_denied_waiter_does_not_spin_on_its_rollbacks() {
     let fx = fixture(plain, |topology| topology).await;
     plant_holder(&fx, "spun", 0..3).await;
     let monitor = Monitor::start(fx.lab.master_of(3).await.expect("g4").port).await;
@@ -302,7 +302,7 @@ async fn a_waiter_denied_by_a_majority_holder_does_not_spin_on_its_own_rollbacks
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_master_that_may_evict_keys_does_not_vote_and_health_says_why() {
+async fn an_evicting_master_does_not_vote_and_health_says() {
     let fx = fixture(plain, |topology| topology).await;
     for group in 0..3 {
         let master = fx.master(group).await;
@@ -344,7 +344,7 @@ async fn a_master_that_may_evict_keys_does_not_vote_and_health_says_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lock_held_under_two_tokens_is_shown_as_a_split() {
+async fn a_lock_under_two_tokens_shows_as_a_split() {
     let fx = fixture(plain, |topology| topology).await;
     let record = |owner: &str| format!("{{\"owner\":\"{owner}\"}}");
     let plant = |token: &'static str, owner: String, groups: std::ops::Range<usize>| {
@@ -412,7 +412,7 @@ async fn fence_keys_expire_long_after_their_last_grant() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keepalive_that_gives_up_releases_what_it_still_holds() {
+async fn a_keepalive_giving_up_releases_what_it_holds() {
     let mut fx = fixture(plain, |topology| topology).await;
     let kept = fx
         .locks
@@ -442,7 +442,7 @@ async fn a_keepalive_that_gives_up_releases_what_it_still_holds() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_dropped_without_close_leaves_no_connection_behind() {
+async fn a_dropped_client_leaves_no_connection() {
     let fx = fixture(plain, |topology| topology).await;
     let observer = fx.master(0).await;
     let connected = async || {
@@ -478,8 +478,7 @@ async fn a_client_dropped_without_close_leaves_no_connection_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_one_after_its_quarantine()
- {
+async fn admit_waits_out_a_quarantine_for_a_lossy_master() {
     let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
     let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
     let admit = |args: &[&str]| {
@@ -577,7 +576,7 @@ async fn admit_refuses_a_master_that_may_have_missed_grants_and_admits_an_empty_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantine() {
+async fn admitting_at_once_skips_no_quarantine() {
     let mut fx = common::sentinel_lab().await;
     let policy = fx.lab.spec().policy();
     let admit_g1 = AdmitOptions {
@@ -646,7 +645,7 @@ async fn an_admission_at_once_does_not_let_a_promoted_replica_skip_its_quarantin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admit_does_not_take_a_deployment_for_brand_new_when_groups_do_not_answer() {
+async fn admit_calls_no_deployment_new_while_groups_are_silent() {
     let mut fx = fixture(plain_with_policy(3_000), |topology| topology).await;
     // g1 lost its data; every other group holds the policy but none answers.
     for group in 1..5 {
@@ -700,8 +699,7 @@ fn refused_lines(text: &str) -> Vec<&str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admit_without_a_window_gives_each_group_the_window_its_masters_min_replicas_max_lag_needs()
-{
+async fn admit_gives_each_group_its_max_lag_window() {
     let fx = common::sentinel_lab().await;
     // g2's master now runs a longer lag than the lab's own policy covers.
     fx.lab
@@ -738,8 +736,7 @@ async fn admit_without_a_window_gives_each_group_the_window_its_masters_min_repl
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admit_refuses_a_window_below_what_min_replicas_max_lag_needs_naming_the_group_unless_allowed_and_health_flags_it()
- {
+async fn admit_refuses_a_window_below_the_max_lag() {
     let fx = common::sentinel_lab().await;
     let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
     fx.lab
@@ -798,8 +795,7 @@ async fn admit_refuses_a_window_below_what_min_replicas_max_lag_needs_naming_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn admit_refuses_a_master_with_replicas_and_min_replicas_to_write_0_naming_it_unless_allowed_and_health_flags_it()
- {
+async fn admit_refuses_min_replicas_to_write_0_by_name() {
     let fx = common::sentinel_lab().await;
     let config = fx.file("quorumlock.toml", &fx.topology.to_toml());
     fx.lab
@@ -843,8 +839,7 @@ async fn admit_refuses_a_master_with_replicas_and_min_replicas_to_write_0_naming
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sentinel_group_with_a_larger_lag_than_the_others_adopts_at_least_its_own_window_after_losing_its_data()
- {
+async fn a_laggier_group_adopts_its_own_window_after_loss() {
     // Sentinel must not promote g2's replica, which holds the policy, while its master
     // restarts: that restart takes longer than the lab's 500 ms down-after on a busy machine.
     let mut fx = common::fixture(

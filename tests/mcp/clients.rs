@@ -331,7 +331,7 @@ fn shell_words(line: &str) -> Vec<String> {
 }
 
 #[test]
-fn every_json_snippet_of_the_client_docs_parses_and_names_real_commands() {
+fn client_docs_json_parses_and_names_real_commands() {
     let mut seen = Seen::default();
     let mut problems = Vec::new();
     let mut parsed = 0;
@@ -366,7 +366,7 @@ fn every_json_snippet_of_the_client_docs_parses_and_names_real_commands() {
 }
 
 #[test]
-fn every_quorumlock_command_in_the_client_docs_shell_lines_exists() {
+fn client_docs_shell_lines_name_real_commands() {
     let endpoint = mcp_path();
     let mut problems = Vec::new();
     let mut checked = 0;
@@ -422,7 +422,7 @@ fn every_quorumlock_command_in_the_client_docs_shell_lines_exists() {
 }
 
 #[test]
-fn the_command_line_check_refuses_what_the_binary_lacks() {
+fn the_command_check_refuses_what_the_binary_lacks() {
     let words = |line: &str| shell_words(line);
     assert!(check_command_line(&words("--config f.toml serve --http 0.0.0.0:8848")).is_empty());
     assert!(check_command_line(&words("lab up --links")).is_empty());
@@ -577,7 +577,7 @@ async fn check_agent_run(fx: &common::Fixture, stdout: &str, store: &Path, resou
 }
 
 #[tokio::test]
-async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_stdio() {
+async fn the_python_agent_locks_over_stdio() {
     let Some(python) = python_with_sdk() else {
         return;
     };
@@ -603,8 +603,7 @@ async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_stdio() {
 }
 
 #[tokio::test]
-async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_http_and_ends_its_session_without_a_warning()
- {
+async fn the_python_agent_locks_over_http_cleanly() {
     let Some(python) = python_with_sdk() else {
         return;
     };
@@ -644,7 +643,7 @@ async fn the_python_agent_takes_a_lock_writes_fenced_and_releases_over_http_and_
 }
 
 #[tokio::test]
-async fn the_python_agent_works_against_a_stateless_server() {
+async fn the_python_agent_works_with_a_stateless_server() {
     let Some(python) = python_with_sdk() else {
         return;
     };

@@ -45,7 +45,7 @@ fn row_of<'t>(table: &'t str, group: &str) -> Option<&'t str> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dashboard_shows_a_held_lock_a_lost_master_its_quarantine_and_the_release() {
+async fn it_shows_a_lock_a_lost_master_and_the_release() {
     // Plain masters, so a killed master stays down until it is restarted, and a policy long
     // enough that the lock and the quarantine outlast the checks.
     let mut fx = common::fixture(

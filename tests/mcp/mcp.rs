@@ -16,7 +16,7 @@ const TOKEN: &str = "test-token-0123456789abcdef";
 const LOW_MIN_TTL: [&str; 2] = ["--min-ttl-ms", "100"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_lock() {
+async fn acquire_lock_grants_a_fence_or_names_the_holder() {
     tool_contract("acquire_lock", async |client, tool| {
         let description = tool.description.as_deref().unwrap_or_default();
         assert!(description.contains("fencing_token") && description.contains("retry_after_ms"));
@@ -87,7 +87,7 @@ async fn acquire_lock_grants_a_token_and_a_fence_and_names_the_holder_of_a_held_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn release_lock_frees_a_lock_only_for_its_token_and_a_second_release_is_a_no_op() {
+async fn release_lock_needs_the_token_and_a_second_is_a_no_op() {
     tool_contract("release_lock", async |client, _| {
         let token = str_of(&acquire_contract_lock(client).await, "token").to_string();
 
@@ -111,7 +111,7 @@ async fn release_lock_frees_a_lock_only_for_its_token_and_a_second_release_is_a_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn extend_lock_renews_a_held_lock_and_refuses_a_released_ones_token() {
+async fn extend_lock_renews_held_and_refuses_released() {
     tool_contract("extend_lock", async |client, _| {
         let token = str_of(&acquire_contract_lock(client).await, "token").to_string();
 
@@ -141,7 +141,7 @@ async fn extend_lock_renews_a_held_lock_and_refuses_a_released_ones_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_status_shows_the_holder_the_fence_and_every_groups_state() {
+async fn lock_status_shows_holder_fence_and_groups() {
     tool_contract("lock_status", async |client, tool| {
         assert!(
             tool.description
@@ -177,7 +177,7 @@ async fn lock_status_shows_the_holder_the_fence_and_every_groups_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_locks_lists_held_locks_by_prefix_and_pages_with_next_cursor() {
+async fn list_locks_lists_by_prefix_and_pages() {
     tool_contract("list_locks", async |client, _| {
         acquire_contract_lock(client).await;
         let second = ok(
@@ -236,7 +236,7 @@ async fn list_locks_lists_held_locks_by_prefix_and_pages_with_next_cursor() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_locks_lists_a_semaphore_in_use_as_one_entry_with_its_holders() {
+async fn list_locks_shows_a_semaphore_as_one_entry() {
     tool_contract("list_locks", async |client, tool| {
         let description = tool.description.as_deref().unwrap_or_default();
         assert!(description.contains("semaphores"), "{description}");
@@ -313,7 +313,7 @@ async fn list_locks_lists_a_semaphore_in_use_as_one_entry_with_its_holders() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_health_reports_the_quorum_and_every_group_reachable_with_its_latency() {
+async fn cluster_health_reports_quorum_and_latencies() {
     tool_contract("cluster_health", async |client, _| {
         let health = ok(client, "cluster_health", json!({})).await;
         assert_eq!(health["quorum_available"], json!(true));
@@ -331,7 +331,7 @@ async fn cluster_health_reports_the_quorum_and_every_group_reachable_with_its_la
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_gets_an_invalid_input_error_naming_the_field_and_the_server_keeps_serving() {
+async fn bad_input_errors_name_the_field_and_serving_goes_on() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &[]).await;
@@ -530,7 +530,7 @@ async fn two_http_sessions_contend_for_one_resource() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_concurrent_acquires_in_one_session_give_one_winner_per_resource() {
+async fn a_hundred_acquires_give_one_winner_per_resource() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(90), async {
         // A hundred contenders retrying at once load a debug build on a busy machine: a longer
@@ -569,7 +569,7 @@ async fn a_hundred_concurrent_acquires_in_one_session_give_one_winner_per_resour
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keepalive_lease_outlives_three_ttls_while_its_client_lives() {
+async fn a_keepalive_lease_outlives_three_ttls() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
@@ -611,7 +611,7 @@ async fn a_keepalive_lease_outlives_three_ttls_while_its_client_lives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_leases_are_released_when_the_http_session_is_deleted() {
+async fn keepalive_ends_with_the_deleted_http_session() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
@@ -666,7 +666,7 @@ async fn keepalive_leases_are_released_when_the_http_session_is_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_an_http_session_is_answered_204_no_content() {
+async fn deleting_a_session_is_answered_204() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
@@ -707,7 +707,7 @@ async fn deleting_an_http_session_is_answered_204_no_content() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_leases_are_released_when_the_http_session_expires() {
+async fn keepalive_ends_when_the_http_session_expires() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let server = http_server(
@@ -750,7 +750,7 @@ fn helper_test_name() -> String {
 /// The helper for the next test: an MCP client in its own process, so that the test can kill
 /// it like a crashed agent. It runs only when started by that test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "runs only as a child process of keepalive_is_released_when_the_stdio_client_is_killed"]
+#[ignore = "runs only as a child process of keepalive_ends_when_the_stdio_client_dies"]
 async fn stdio_client_helper() {
     let Ok(config) = std::env::var("QL_MCP_HELPER_CONFIG") else {
         return;
@@ -771,7 +771,7 @@ async fn stdio_client_helper() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_is_released_when_the_stdio_client_is_killed() {
+async fn keepalive_ends_when_the_stdio_client_dies() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let mut helper =
@@ -836,7 +836,7 @@ async fn keepalive_is_released_when_the_stdio_client_is_killed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
+async fn a_lost_keepalive_lease_is_shown_and_notified() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let mut server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
@@ -868,7 +868,7 @@ async fn a_lost_keepalive_lease_shows_in_status_and_notifies_the_session() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn at_max_hold_the_session_is_told_before_the_lock_goes_to_anyone_else() {
+async fn at_max_hold_the_session_is_told_first() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let extra = [LOW_MIN_TTL[0], LOW_MIN_TTL[1], "--max-hold-ms", "1500"];
@@ -900,7 +900,7 @@ async fn at_max_hold_the_session_is_told_before_the_lock_goes_to_anyone_else() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_turns_503_while_no_majority_votes_and_200_once_one_does_again() {
+async fn readyz_is_503_without_a_majority_and_200_with_one() {
     // A short policy, so the restarted (empty) masters sit out only 3 s.
     let mut fx = common::fixture(
         |spec| quorumlock::lab::LabSpec {
@@ -958,7 +958,7 @@ async fn readyz_turns_503_while_no_majority_votes_and_200_once_one_does_again() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_on_a_topology_whose_max_ttl_is_below_the_default_minimum_starts_without_flags() {
+async fn a_low_max_ttl_topology_starts_without_flags() {
     let fx = common::fixture(
         |spec| quorumlock::lab::LabSpec {
             max_ttl_ms: 3_000,
@@ -1038,7 +1038,7 @@ async fn http_requires_the_bearer_token() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_releases_keepalive_leases_and_exits_zero() {
+async fn sigterm_releases_keepalives_and_exits_zero() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let mut server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
@@ -1060,7 +1060,7 @@ async fn sigterm_releases_keepalive_leases_and_exits_zero() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_ends_a_stdio_server_with_its_client_still_attached() {
+async fn sigterm_ends_a_stdio_server_with_a_client() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         // stdout goes to a file, so stdin is read on a blocking thread: the case where a
@@ -1197,7 +1197,7 @@ async fn three_groups_down_give_the_quorum_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_refuses_a_foreign_host_header_like_mcp_does() {
+async fn metrics_refuses_a_foreign_host_header() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
@@ -1292,7 +1292,7 @@ async fn metrics_refuses_a_foreign_host_header_like_mcp_does() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lock_status_shows_a_keepalive_lease_only_to_the_session_that_keeps_it() {
+async fn lock_status_shows_a_keepalive_to_its_session_only() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
@@ -1336,7 +1336,7 @@ async fn lock_status_shows_a_keepalive_lease_only_to_the_session_that_keeps_it()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_leases_beyond_the_per_session_cap_are_refused_and_leave_no_lock() {
+async fn keepalives_over_the_session_cap_are_refused() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let cap = [("QUORUMLOCK_MCP_MAX_KEEPALIVE_PER_SESSION", "2")];
@@ -1403,7 +1403,7 @@ async fn keepalive_leases_beyond_the_per_session_cap_are_refused_and_leave_no_lo
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_leases_beyond_the_server_cap_are_refused_and_leave_no_lock() {
+async fn keepalives_over_the_server_cap_are_refused() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let cap = [("QUORUMLOCK_MCP_MAX_KEEPALIVE", "2")];
@@ -1448,7 +1448,7 @@ async fn keepalive_leases_beyond_the_server_cap_are_refused_and_leave_no_lock() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_beyond_max_sessions_is_refused_until_one_ends() {
+async fn a_session_beyond_the_cap_is_refused_until_one_ends() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let cap = [("QUORUMLOCK_MCP_MAX_SESSIONS", "2")];
@@ -1505,7 +1505,7 @@ async fn a_session_beyond_max_sessions_is_refused_until_one_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tool_calls_beyond_max_concurrent_calls_are_refused_naming_the_limit() {
+async fn calls_over_the_limit_are_refused_naming_it() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let cap = [("QUORUMLOCK_MCP_MAX_CONCURRENT_CALLS", "1")];
@@ -1580,7 +1580,7 @@ async fn tool_calls_beyond_max_concurrent_calls_are_refused_naming_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_set_of_resources_is_taken_all_or_nothing_kept_alive_and_released_as_one() {
+async fn a_set_is_taken_kept_and_released_as_one() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
@@ -1725,7 +1725,7 @@ async fn a_set_of_resources_is_taken_all_or_nothing_kept_alive_and_released_as_o
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn resource_and_resources_are_exactly_one_of_two_and_a_bad_set_names_the_field() {
+async fn resource_and_resources_are_exclusive() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &[]).await;
@@ -1784,7 +1784,7 @@ async fn resource_and_resources_are_exactly_one_of_two_and_a_bad_set_names_the_f
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_released_and_kept_alive() {
+async fn permits_are_taken_shown_released_and_kept_alive() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &LOW_MIN_TTL).await;
@@ -1913,8 +1913,7 @@ async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_released_and_kep
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_from_a_foreign_origin_is_refused_and_the_dashboard_is_served_with_a_strict_csp()
-{
+async fn a_foreign_origin_is_refused_and_csp_is_strict() {
     let fx = plain_lab().await;
     let server = http_server(&fx.lab.config_path(), Some(TOKEN), &[]).await;
     let bearer = format!("Bearer {TOKEN}");
@@ -2025,7 +2024,7 @@ async fn connect_https(url: &str, http: reqwest::Client) -> Result<Client, Strin
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn https_serves_an_mcp_client_that_trusts_the_lab_ca_and_fails_one_that_does_not() {
+async fn https_serves_only_clients_that_trust_the_ca() {
     // A TLS lab: its CA signed a certificate for 127.0.0.1 that the server presents.
     let fx = common::fixture(
         |spec| quorumlock::lab::LabSpec {
@@ -2133,7 +2132,7 @@ async fn stateless_call(addr: &str, tool: &str, arguments: Value) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stateless_servers_open_no_session_and_either_takes_any_call() {
+async fn stateless_servers_open_no_session_and_serve_any_call() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(60), async {
         let config = fx.lab.config_path();
@@ -2241,7 +2240,7 @@ struct Hold {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_servers_share_one_lock_space_and_a_killed_ones_keepalive_leases_expire() {
+async fn two_servers_share_locks_and_a_dead_ones_expire() {
     let fx = sentinel_lab().await;
     within(Duration::from_secs(120), async {
         // Retries 20 s apart: a waiter that gets the lock sooner was woken by the release.

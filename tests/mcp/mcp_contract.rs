@@ -126,7 +126,7 @@ fn breakdown(instructions: usize, parts: &mut [Part]) -> (String, usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tool_list_a_client_receives_fits_the_budget() {
+async fn the_tool_list_fits_the_budget() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         let server = stdio_server(&fx.lab.config_path(), &[]).await;
@@ -163,7 +163,7 @@ fn input_property(tools: &[Tool], tool: &str, field: &str) -> Value {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_ttl_bounds_and_default_in_the_schemas_are_the_servers_config() {
+async fn the_schemas_ttl_bounds_are_the_servers_config() {
     let fx = plain_lab().await;
     within(Duration::from_secs(60), async {
         // The defaults: the topology's max_ttl_ms, 5 s, 15 s.
@@ -411,7 +411,7 @@ fn differences(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docs_mcp_md_documents_every_field_of_every_tool_and_no_other() {
+async fn docs_mcp_md_documents_every_field_and_no_other() {
     let (documented, kinds) = read_docs();
     assert_eq!(
         kinds,
@@ -593,7 +593,7 @@ async fn checked(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_result_and_every_tool_error_matches_its_tools_output_schema() {
+async fn every_result_and_error_matches_its_schema() {
     let fx = plain_lab().await;
     within(Duration::from_secs(90), async {
         let server = stdio_server(
@@ -671,7 +671,7 @@ fn topology_above_policy(fx: &common::Fixture, max_ttl_ms: u64) -> std::path::Pa
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ttl_above_the_masters_policy_is_not_advertised_and_is_held_too_long() {
+async fn a_ttl_above_the_policy_is_not_advertised() {
     // Masters admitted under a 30 s policy, and a server configured for 60 s.
     let fx = fixture(
         |spec| LabSpec {
@@ -716,7 +716,7 @@ async fn a_ttl_above_the_masters_policy_is_not_advertised_and_is_held_too_long()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vote_slower_than_the_lease_is_an_expired_error() {
+async fn a_vote_slower_than_the_lease_is_expired() {
     // Every master behind a relay that can delay its replies, and a 100 ms lease.
     let fx = fixture(
         |spec| LabSpec {

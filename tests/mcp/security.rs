@@ -78,7 +78,7 @@ async fn refused(topology: Topology, why: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn password_lab_serves_locks_and_refuses_a_wrong_password() {
+async fn password_lab_serves_and_refuses_a_wrong_password() {
     let fx = fixture(
         |mut spec| {
             spec.groups = 3;

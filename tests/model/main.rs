@@ -30,10 +30,10 @@
 //!
 //! The assumptions are the configurations: master clocks do not jump (early expiry is a
 //! fault of its own configuration), client clocks disagree by at most the drift plus the
-//! write window (`client_clock_skew_beyond_the_drift_breaks_fencing_after_a_data_loss`
+//! write window (`clock_skew_over_the_drift_breaks_fencing`
 //! shows why: after a group lost its fence, only the clocks order the tokens), and a policy
 //! raise reaches the replicas before clients ask for the longer TTL
-//! (`deep_a_policy_raise_lost_in_a_failover_breaks_mutual_exclusion`), or is applied again
+//! (`deep_a_raise_lost_in_a_failover_breaks_mutual_exclusion`), or is applied again
 //! after a failover before the promoted master's quarantine ends.
 //!
 //! # Why these bounds suffice
@@ -251,7 +251,7 @@ fn safe(cfg: Config) -> Run {
 }
 
 /// The base of the failure configurations: client clocks agree (see
-/// `client_clock_skew_beyond_the_drift_breaks_fencing_after_a_data_loss` for why they must,
+/// `clock_skew_over_the_drift_breaks_fencing` for why they must,
 /// to within the drift and the write window).
 fn failover(name: &'static str) -> Config {
     Config {
@@ -333,7 +333,7 @@ fn the_model_takes_its_constants_from_the_code() {
 // The design, within the CI bound.
 
 #[test]
-fn the_design_holds_under_contention_on_a_reordering_network() {
+fn the_design_holds_on_a_reordering_network() {
     holds(Config {
         reorders: 1,
         ..Config::design("contention, one reordered delivery")
@@ -352,7 +352,7 @@ fn the_design_holds_across_renewals() {
 /// policy smaller than the others' (it was down when the policy was raised): the first client
 /// asks for the larger TTL, the second for the smaller.
 #[test]
-fn the_design_holds_across_failovers_restarts_and_policies_that_differ() {
+fn the_design_holds_across_differing_policies() {
     holds(failovers_and_policies(1));
 }
 
@@ -382,7 +382,7 @@ fn short_quarantine() -> Config {
 }
 
 #[test]
-fn a_quarantine_shorter_than_the_longest_ttl_breaks_mutual_exclusion() {
+fn a_quarantine_below_the_longest_ttl_breaks_mutual_exclusion() {
     breaks(short_quarantine(), ONE_HOLDER);
 }
 
@@ -403,7 +403,7 @@ fn client_quarantine() -> Config {
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_the_old_client_supplied_quarantine_breaks_mutual_exclusion() {
+fn deep_the_old_client_quarantine_breaks_mutual_exclusion() {
     breaks(client_quarantine(), ONE_HOLDER);
 }
 
@@ -432,7 +432,7 @@ fn no_rollback() -> Config {
 }
 
 #[test]
-fn without_rollback_a_failed_attempt_leaves_its_grants_behind() {
+fn without_rollback_a_failed_attempt_leaves_grants() {
     breaks(no_rollback(), NO_LEFTOVERS);
     let run = explore(&no_rollback());
     for property in [
@@ -465,7 +465,7 @@ fn fencing_survives_early_expiry(cfg: Config) {
 }
 
 #[test]
-fn early_expiry_breaks_mutual_exclusion_but_fencing_still_protects_the_store() {
+fn early_expiry_breaks_mutual_exclusion_but_fencing_holds() {
     breaks(early_expiry(1), ONE_HOLDER);
     fencing_survives_early_expiry(early_expiry(1));
 }
@@ -485,7 +485,7 @@ fn minority_adoption() -> Config {
 }
 
 #[test]
-fn adopting_a_policy_from_fewer_than_a_majority_breaks_mutual_exclusion() {
+fn a_minority_adopted_policy_breaks_mutual_exclusion() {
     breaks(minority_adoption(), ONE_HOLDER);
 }
 
@@ -503,7 +503,7 @@ fn one_token_reordered() -> Config {
 }
 
 #[test]
-fn one_token_per_acquire_with_a_late_rollback_breaks_mutual_exclusion() {
+fn a_late_rollback_under_one_token_breaks_mutual_exclusion() {
     breaks(one_token_reordered(), ONE_HOLDER);
 }
 
@@ -520,7 +520,7 @@ fn skewed_clocks() -> Config {
 }
 
 #[test]
-fn client_clock_skew_beyond_the_drift_breaks_fencing_after_a_data_loss() {
+fn clock_skew_over_the_drift_breaks_fencing() {
     breaks(skewed_clocks(), FENCES_GROW);
 }
 
@@ -528,7 +528,7 @@ fn client_clock_skew_beyond_the_drift_breaks_fencing_after_a_data_loss() {
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_the_design_holds_under_contention_with_retries_on_a_reordering_network() {
+fn deep_the_design_holds_with_retries_on_a_reordering_network() {
     holds(Config {
         attempts: [2, 1],
         reorders: 1,
@@ -571,7 +571,7 @@ fn deep_the_design_holds_across_two_failures() {
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_the_design_holds_with_a_replica_that_lags() {
+fn deep_the_design_holds_with_a_lagging_replica() {
     holds(Config {
         promotions: true,
         lagging_replica: true,
@@ -582,7 +582,7 @@ fn deep_the_design_holds_with_a_replica_that_lags() {
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_the_design_holds_across_failovers_restarts_and_policies_that_differ() {
+fn deep_the_design_holds_across_differing_policies() {
     holds(Config {
         name: "deep: promotion or restart, policies that differ",
         ..failovers_and_policies(2)
@@ -602,7 +602,7 @@ fn deep_fencing_survives_early_expiry() {
 /// the delete of a rollback always lands before the next attempt's grant.
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_one_token_per_acquire_is_safe_while_deliveries_keep_their_order() {
+fn deep_one_token_per_acquire_is_safe_in_order() {
     safe(Config {
         tokens: Tokens::PerAcquire,
         attempts: [2, 1],
@@ -645,7 +645,7 @@ fn deep_the_shortest_counterexamples() {
 /// applied again in time, `since` closes it (`raise_lost_once`).
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_a_policy_raise_lost_in_a_failover_breaks_mutual_exclusion() {
+fn deep_a_raise_lost_in_a_failover_breaks_mutual_exclusion() {
     breaks(raise_lost(), ONE_HOLDER);
 }
 
@@ -672,7 +672,7 @@ fn raise_lost() -> Config {
 /// its first vote would (`since = now`), and the design holds.
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_an_admission_of_a_promoted_master_starts_its_quarantine() {
+fn deep_admitting_a_promoted_master_quarantines_it() {
     let run = safe(admit_promoted(true));
     assert!(
         run.found.contains(&ADMISSION_QUARANTINED),
@@ -737,7 +737,7 @@ fn raise_during_a_renewal(lengthens: bool) -> Config {
 /// The quarantine runs from the marker's `since` under the policy in force now
 /// (lua/admission.lua), so a raise during it lengthens it to the raised policy's length.
 #[test]
-fn the_design_holds_across_a_raise_during_a_quarantine() {
+fn the_design_holds_across_a_raise_in_quarantine() {
     let run = safe(raise_during_a_renewal(true));
     assert!(
         run.found.contains(&LENGTHENED),
@@ -749,20 +749,20 @@ fn the_design_holds_across_a_raise_during_a_quarantine() {
 /// outlive it. A group that lost its fence grants the longer lease's proposal, made before
 /// the quarantine ended, and the token repeats an earlier lease's.
 #[test]
-fn a_raise_during_a_quarantine_without_since_breaks_fencing() {
+fn a_raise_in_quarantine_without_since_breaks_fencing() {
     breaks(raise_during_a_renewal(false), FENCES_GROW);
 }
 
 /// The same in the deeper bound: two raises, a retry, three fence rounds.
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_the_design_holds_across_a_raise_during_a_quarantine() {
+fn deep_the_design_holds_across_a_raise_in_quarantine() {
     holds(raise_during_quarantine());
 }
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_a_raise_during_a_quarantine_without_since_breaks_fencing() {
+fn deep_a_raise_without_since_breaks_fencing() {
     breaks(raise_during_quarantine_without_since(), FENCES_GROW);
 }
 
@@ -807,7 +807,7 @@ fn raise_lost_once(reapplied: bool, lengthens: bool) -> Config {
 /// under the raised one. (The same bound without the raise applied again has two holders.)
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_a_raise_lost_and_applied_again_keeps_mutual_exclusion() {
+fn deep_a_raise_lost_and_reapplied_keeps_mutual_exclusion() {
     breaks(raise_lost_once(false, true), ONE_HOLDER);
     let run = safe(raise_lost_once(true, true));
     assert!(
@@ -820,7 +820,7 @@ fn deep_a_raise_lost_and_applied_again_keeps_mutual_exclusion() {
 /// acquire started under the lost policy.
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn deep_a_raise_lost_and_applied_again_without_since_breaks_mutual_exclusion() {
+fn deep_a_reapplied_raise_without_since_breaks_mutual_exclusion() {
     breaks(raise_lost_once(true, false), ONE_HOLDER);
 }
 
@@ -846,12 +846,12 @@ fn acked(name: &'static str, replicas: u8) -> Config {
 }
 
 #[test]
-fn in_acknowledged_mode_the_design_holds_across_a_failover() {
+fn acknowledged_mode_holds_across_a_failover() {
     holds(acked("acknowledged mode, one replica, a failover", 1));
 }
 
 #[test]
-fn in_acknowledged_mode_the_design_holds_across_a_failover_with_two_replicas() {
+fn acknowledged_mode_holds_across_a_failover_with_two_replicas() {
     holds(acked("acknowledged mode, two replicas, a failover", 2));
 }
 
@@ -875,7 +875,7 @@ fn acked_restart(takeover: Takeover) -> Config {
 
 #[test]
 #[ignore = "deeper bound: run with --release -- --ignored"]
-fn in_acknowledged_mode_the_design_holds_across_a_restart_and_a_failover() {
+fn acknowledged_mode_holds_across_a_restart_and_a_failover() {
     holds(acked_restart(Takeover::Record));
 }
 
@@ -889,7 +889,7 @@ fn wait_for_one() -> Config {
 }
 
 #[test]
-fn in_acknowledged_mode_waiting_for_one_replica_of_two_breaks_mutual_exclusion() {
+fn waiting_for_one_replica_of_two_breaks_acknowledged_mode() {
     breaks(wait_for_one(), ONE_HOLDER);
 }
 
@@ -902,7 +902,7 @@ fn unacked_counted() -> Config {
 }
 
 #[test]
-fn in_acknowledged_mode_counting_an_unacknowledged_grant_breaks_mutual_exclusion() {
+fn counting_an_unacknowledged_grant_breaks_acknowledged_mode() {
     breaks(unacked_counted(), ONE_HOLDER);
 }
 
@@ -910,6 +910,6 @@ fn in_acknowledged_mode_counting_an_unacknowledged_grant_breaks_mutual_exclusion
 /// live grant, the replica of the restarted master lacks that grant and its master's record
 /// of the new history, and votes.
 #[test]
-fn in_acknowledged_mode_admitting_a_promoted_replica_at_once_breaks_mutual_exclusion() {
+fn admitting_a_promoted_replica_at_once_breaks_acknowledged_mode() {
     breaks(acked_restart(Takeover::AtOnce), ONE_HOLDER);
 }

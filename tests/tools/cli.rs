@@ -248,7 +248,7 @@ async fn ctrl_c_on_hold_releases_the_lock() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_resources_are_one_lease_refused_while_any_is_held_and_released_by_its_token() {
+async fn several_resources_are_one_lease() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
 
@@ -346,7 +346,7 @@ async fn several_resources_are_one_lease_refused_while_any_is_held_and_released_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_keeps_a_set_renewed_until_ctrl_c_releases_all_of_it() {
+async fn hold_renews_a_set_until_ctrl_c() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let mut holder = Command::new(BIN)
@@ -389,7 +389,7 @@ async fn hold_keeps_a_set_renewed_until_ctrl_c_releases_all_of_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_and_released_by_token() {
+async fn permits_are_taken_shown_and_released_by_token() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let take = |owner: &'static str, ttl: &'static str| {
@@ -527,7 +527,7 @@ async fn permits_of_a_semaphore_are_taken_up_to_its_count_shown_and_released_by_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hold_keeps_a_permit_renewed_until_ctrl_c_releases_it() {
+async fn hold_renews_a_permit_until_ctrl_c() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let mut holder = Command::new(BIN)
@@ -575,7 +575,7 @@ async fn hold_keeps_a_permit_renewed_until_ctrl_c_releases_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn list_shows_a_semaphore_in_use_as_one_entry_with_its_holders() {
+async fn list_shows_a_semaphore_as_one_entry() {
     let fx = plain_lab().await;
     let config = fx.lab.config_path();
     let common::LockAndPermits { lock, permits } =
@@ -654,7 +654,7 @@ async fn frame_where(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watch_on_a_semaphore_shows_permit_holders_coming_and_going() {
+async fn watch_shows_permit_holders_come_and_go() {
     let fx = plain_lab().await;
     let mut watch = Command::new(BIN)
         .arg("--config")

@@ -224,7 +224,7 @@ fn http_port(args: &[String]) -> u16 {
 }
 
 #[test]
-fn the_systemd_unit_runs_a_real_command_under_its_hardening() {
+fn the_systemd_unit_runs_under_its_hardening() {
     let text = read("quorumlock-mcp.service");
     let unit = parse_unit(&text).expect("the unit parses");
     for section in ["Unit", "Service", "Install"] {
@@ -375,7 +375,7 @@ fn instructions(text: &str) -> Vec<(String, String)> {
 }
 
 #[tokio::test]
-async fn the_image_runs_unprivileged_and_checks_the_servers_health_route() {
+async fn the_image_runs_unprivileged_with_a_health_check() {
     let dockerfile = read("Dockerfile");
     let all = instructions(&dockerfile);
     let last_from = all
@@ -503,7 +503,7 @@ fn service_key<'y>(service: &'y Yaml, key: &str) -> &'y Yaml {
 }
 
 #[test]
-fn every_redis_and_sentinel_has_a_health_check_on_its_own_port() {
+fn every_node_has_a_health_check_on_its_port() {
     let documents = YamlLoader::load_from_str(&read("docker-compose.yml")).expect("compose YAML");
     let services = documents[0]["services"].as_hash().expect("services");
     let mut checked = 0;
@@ -530,7 +530,7 @@ fn every_redis_and_sentinel_has_a_health_check_on_its_own_port() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readmes_steps_from_up_to_a_first_lock_run_through_the_admin_service() {
+async fn the_readmes_first_lock_steps_run() {
     let readme = read("README.md");
     let steps = readme
         .split("## Run it")

@@ -91,7 +91,7 @@ fn tree(dir: &Path, out: &mut Vec<(String, Vec<String>)>) {
 }
 
 #[test]
-fn design_md_layout_names_every_folder_and_file_under_src_and_nothing_that_is_gone() {
+fn design_md_layout_names_exactly_what_src_holds() {
     let entries = layout();
     let mut folders = Vec::new();
     tree(&Path::new(ROOT).join("src"), &mut folders);
@@ -191,7 +191,7 @@ fn crate_paths(code: &str) -> Vec<String> {
 }
 
 #[test]
-fn front_doors_and_tools_reach_the_engine_only_through_the_public_api() {
+fn front_doors_use_only_the_public_engine_api() {
     let mut files = Vec::new();
     for folder in USERS_OF_THE_API {
         rust_files(&Path::new(ROOT).join(folder), &mut files);
@@ -224,7 +224,7 @@ fn front_doors_and_tools_reach_the_engine_only_through_the_public_api() {
 }
 
 #[test]
-fn the_leak_check_reads_plain_and_grouped_crate_paths() {
+fn the_leak_check_reads_plain_and_grouped_paths() {
     let code = "use crate::engine::clock::millis;\nuse crate::{Locks, group::reply::Reply};\nlet x = crate::config::DEFAULT;";
     assert_eq!(
         crate_paths(code),
@@ -277,7 +277,7 @@ fn help_text(path: &[&str]) -> String {
 }
 
 #[test]
-fn every_command_and_lab_subcommand_has_help_with_examples() {
+fn every_command_has_help_with_examples() {
     let commands = subcommands(&[]);
     assert!(commands.contains(&"lab".to_string()), "{commands:?}");
     let mut paths: Vec<Vec<String>> = commands.iter().map(|c| vec![c.clone()]).collect();

@@ -93,7 +93,7 @@ async fn fenced_write_rejects_the_stale_holder() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keepalive_notices_the_loss_and_with_lock_stops_the_work() {
+async fn keepalive_notices_the_loss_and_stops_the_work() {
     let out = run_example("keepalive", Find::ConfigEnv).await;
     assert!(out.contains("lease lost (Lost("));
     assert!(out.contains("the lock is released"));
@@ -111,7 +111,7 @@ async fn several_resources_are_taken_all_or_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_semaphore_of_two_permits_never_lets_more_than_two_workers_in() {
+async fn two_permits_never_let_in_more_than_two_workers() {
     let out = run_example("semaphore", Find::ConfigEnv).await;
     let holding: Vec<&str> = out
         .lines()
@@ -135,7 +135,7 @@ async fn a_semaphore_of_two_permits_never_lets_more_than_two_workers_in() {
 /// compiles with the examples; the "Use it from Rust" one is the top of
 /// examples/fenced_write.rs.
 #[test]
-fn every_rust_snippet_in_the_readme_is_the_top_of_an_example() {
+fn every_readme_snippet_tops_an_example() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let mut marked: HashMap<String, String> = HashMap::new();
@@ -184,7 +184,7 @@ fn every_rust_snippet_in_the_readme_is_the_top_of_an_example() {
 /// set of 4 cost 8 calls a cycle). A call retried or rolled back after a timeout on a busy
 /// machine adds to the count now and then, hence a bound rather than exactly 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bench_set_rows_cost_one_script_call_per_group() {
+async fn bench_set_rows_cost_one_script_call_per_group() {
     let fx = plain_lab().await;
     let options = BenchOptions {
         samples: 20,

@@ -112,7 +112,7 @@ fn spec(dir: &Path, groups: usize) -> LabSpec {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn start_serves_every_group_and_drop_kills_every_process() {
+async fn start_serves_every_group_and_drop_kills_all() {
     let dir = temp_dir();
     let lab = start_lab(LabSpec::new(dir.path())).await;
 
@@ -184,7 +184,7 @@ async fn start_serves_every_group_and_drop_kills_every_process() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_promotes_the_replica_and_restart_brings_the_node_back() {
+async fn kill_promotes_and_restart_brings_the_node_back() {
     let dir = temp_dir();
     let mut lab = start_lab(spec(dir.path(), 3)).await;
     let before = lab.master_of(1).await.expect("master of g2");
@@ -276,7 +276,7 @@ async fn a_frozen_master_answers_nothing_until_thawed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_taken_base_port_is_refused_before_anything_starts() {
+async fn a_taken_base_port_is_refused_up_front() {
     let dir = temp_dir();
     let needed = 3 * 2 + 3;
     // Hold a port in the middle of the block (g3's master) while the rest of the block is free.
@@ -320,7 +320,7 @@ async fn a_taken_base_port_is_refused_before_anything_starts() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_removes_the_state_and_open_needs_a_running_lab() {
+async fn stop_removes_state_and_open_needs_a_lab() {
     let dir = temp_dir();
     let error = Lab::open(dir.path()).err().expect("no lab yet");
     assert!(matches!(error, LabError::NoLab { .. }), "{error:?}");
@@ -384,7 +384,7 @@ async fn stop_removes_the_state_and_open_needs_a_running_lab() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_default_lab_started_from_the_command_line_shows_no_unsafe_setting_in_health() {
+async fn a_default_lab_shows_no_unsafe_setting() {
     let dir = temp_dir();
     let run = |args: &[&str]| {
         std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))

@@ -83,7 +83,7 @@ fn version_prints_the_crate_version() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_topology_file_is_found_in_the_usual_places_in_order_and_health_names_it() {
+async fn the_topology_file_is_found_in_order_and_named() {
     let fx = plain_lab().await;
     let config = std::fs::read_to_string(fx.lab.config_path()).expect("lab config");
     let dir = temp_dir();
@@ -200,7 +200,7 @@ async fn password_lab() -> (common::Fixture, std::path::PathBuf) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passwords_come_from_a_file_or_the_environment_and_errors_name_the_key() {
+async fn passwords_come_from_file_or_env_and_errors_name_the_key() {
     let (fx, config) = password_lab().await;
     let cwd = temp_dir();
 
@@ -280,7 +280,7 @@ async fn the_library_reads_secrets_only_when_asked() {
 }
 
 #[test]
-fn the_bearer_token_given_two_ways_is_refused_naming_the_field() {
+fn a_bearer_token_given_twice_is_refused() {
     let dir = temp_dir();
     let config = dir.path().join("quorumlock.toml");
     std::fs::write(&config, UNREACHABLE).expect("config");
@@ -305,7 +305,7 @@ fn the_bearer_token_given_two_ways_is_refused_naming_the_field() {
 }
 
 #[test]
-fn with_json_errors_are_json_with_the_exit_codes_of_the_text_form() {
+fn json_errors_keep_the_text_forms_exit_codes() {
     let dir = temp_dir();
     let unreachable = dir.path().join("unreachable.toml");
     std::fs::write(&unreachable, UNREACHABLE).expect("config");
@@ -366,7 +366,7 @@ fn with_json_errors_are_json_with_the_exit_codes_of_the_text_form() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn logs_written_to_a_pipe_carry_no_colour_codes_and_follow_verbosity_and_format() {
+async fn piped_logs_are_plain_and_follow_the_flags() {
     let fx = plain_lab().await;
     let cwd = temp_dir();
     let health = |args: &[&str], rust_log: Option<&str>| {
@@ -657,7 +657,7 @@ fn sample(samples: &[(String, f64)], series: &str) -> f64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_show_the_quorum_every_groups_vote_and_the_build() {
+async fn metrics_show_the_quorum_votes_and_build() {
     let mut fx = plain_lab().await;
     let token_file = fx.file("token", &format!("{TOKEN}\n"));
     let token_path = token_file.to_str().expect("utf-8 path");
