@@ -12,7 +12,7 @@ use quorumlock::Vote;
 const QUEUE_CAP: usize = 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_waits_behind_a_full_queue_of_grants_instead_of_being_refused() {
+async fn a_renewal_waits_behind_a_full_queue_not_refused() {
     // A call timeout long enough that nothing queued gives up while the majority is frozen.
     let mut fx = fixture(plain, |mut topology| {
         topology.call_timeout_ms = 10_000;

@@ -84,7 +84,7 @@ fn assert_every_lease_kept(report: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_sessions_keep_their_keepalive_leases_while_others_acquire_and_release() {
+async fn fifty_sessions_keep_keepalive_leases_beside_churn() {
     // Renewed inside the server: five TTLs in 3 s.
     let shape = Shape {
         ttl_ms: "600",
@@ -96,7 +96,7 @@ async fn fifty_sessions_keep_their_keepalive_leases_while_others_acquire_and_rel
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifty_stateless_agents_keep_their_leases_with_extend_lock() {
+async fn fifty_stateless_agents_keep_leases_by_extend_lock() {
     // Each renewal is a whole MCP call from this debug build's client, so a longer TTL: three
     // in 6 s.
     let shape = Shape {
