@@ -4,6 +4,7 @@
 
 use crate::common;
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -574,6 +575,40 @@ fn pair_pids(pids: &Path) -> [i32; 2] {
     ]
 }
 
+/// A process as `/proc/PID/stat` shows it: enough to tell it from a later process that got
+/// the same PID, and whether it is a zombie (which runs nothing).
+#[derive(Debug, Clone, PartialEq)]
+struct ProcessStat {
+    pid: i32,
+    state: char,
+    /// Clock ticks after boot when it started.
+    started: u64,
+}
+
+impl ProcessStat {
+    /// Parses one line of `/proc/PID/stat`; the name in parentheses may hold spaces.
+    fn parse(line: &str) -> Option<ProcessStat> {
+        let (pid, rest) = line.split_once(" (")?;
+        let (_, after_name) = rest.rsplit_once(") ")?;
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        // After the name: state is field 3 of the line, start time field 22.
+        Some(ProcessStat {
+            pid: pid.trim().parse().ok()?,
+            state: fields.first()?.chars().next()?,
+            started: fields.get(19)?.parse().ok()?,
+        })
+    }
+
+    fn same_process(&self, other: &ProcessStat) -> bool {
+        self.pid == other.pid && self.started == other.started
+    }
+}
+
+/// Process `pid` as `/proc` shows it now, if it exists.
+fn process_stat(pid: i32) -> Option<ProcessStat> {
+    ProcessStat::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
 /// When process `pid` exits (at once when it is gone already), from its pidfd: it need not
 /// be this test's child.
 async fn exit_of(pid: i32) -> Instant {
@@ -646,19 +681,25 @@ async fn at_max_hold_the_command_dies_before_the_next_holder() {
     );
     first.said("ready").await;
     let [shell, child] = pair_pids(&pids);
+    let first_command = [process_stat(shell), process_stat(child)].map(|stat| {
+        stat.unwrap_or_else(|| panic!("the first command's processes {shell} and {child} run"))
+    });
     // The next holder's first act: look for any process of the first command.
-    let check = format!(
-        "if kill -0 {shell} 2>/dev/null || kill -0 {child} 2>/dev/null; then echo OVERLAP; else echo CLEAN; fi"
-    );
+    let check = format!("cat /proc/{shell}/stat /proc/{child}/stat 2>/dev/null; true");
     let next = run_to_end(
         &config,
         &["capped", "--wait-ms", "20000", "--", "bash", "-c", &check],
     )
     .await;
-    assert_eq!(
-        text(&next.stdout),
-        "CLEAN\n",
-        "the next holder ran while the first command still ran: {}",
+    let still_running: Vec<ProcessStat> = text(&next.stdout)
+        .lines()
+        .filter_map(ProcessStat::parse)
+        .filter(|seen| first_command.iter().any(|first| first.same_process(seen)))
+        .filter(|seen| seen.state != 'Z')
+        .collect();
+    assert!(
+        still_running.is_empty(),
+        "the next holder ran while the first command still ran: {still_running:?}; {}",
         text(&next.stderr)
     );
     let (status, stderr) = first.ended().await;
@@ -734,6 +775,31 @@ async fn the_command_dies_with_run_when_run_is_killed() {
         all_exited(pids, PROMPTLY).await.is_some(),
         "the command's processes outlived run"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_dies_with_run_killed_as_it_starts() {
+    let fx = plain_lab().await;
+    let config = fx.lab.config_path();
+    // The command kills run at once, racing run's own steps after the spawn: the guard
+    // must know the group however early run dies.
+    for round in 0..20 {
+        let pids = fx.path(&format!("pids-{round}"));
+        let script = format!(
+            "sleep 60 & echo \"$$ $!\" > '{}'; kill -KILL $PPID; wait",
+            pids.display()
+        );
+        // A resource per round: a killed run leaves its lock to expire.
+        let resource = format!("starting-{round}");
+        let mut run = Running::start(&config, &[&resource, "--", "bash", "-c", &script]);
+        let (status, stderr) = run.ended().await;
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}: {stderr}");
+        let pids = pair_pids(&pids);
+        assert!(
+            all_exited(pids, PROMPTLY).await.is_some(),
+            "round {round}: the command's processes outlived run"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

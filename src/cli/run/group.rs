@@ -50,13 +50,17 @@ impl CommandGroup {
         // Listening before the spawn, so no exit is missed.
         let child_exited = signal(SignalKind::child())?;
         // Started first, so there is no moment when the command runs unguarded.
-        let mut guard = Guard::start()?;
+        let guard = Guard::start()?;
         let terminal = Terminal::foreground();
         let tty = terminal.as_ref().map(|t| t.tty.as_raw_fd());
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
+        // The command names its own group to the guard before it execs, so a `run` killed
+        // right after the spawn still leaves a guard that knows what to kill.
+        let guard_pipe = guard.pipe.as_raw_fd();
         // SAFETY: the closure runs in the child between fork and exec and calls only
-        // async-signal-safe functions (setpgid, sigaction, tcsetpgrp, prctl, getppid, kill).
+        // async-signal-safe functions (setpgid, sigaction, tcsetpgrp, prctl, getppid, kill,
+        // write).
         // The parent-death signal follows the thread that forks: `run` spawns from the
         // runtime's main thread, which lives as long as `run`.
         unsafe {
@@ -76,14 +80,26 @@ impl CommandGroup {
                 if libc::getppid() != parent {
                     libc::kill(libc::getpid(), libc::SIGKILL);
                 }
+                let group = (libc::getpid() as u64).to_ne_bytes();
+                if libc::write(guard_pipe, group.as_ptr().cast(), group.len())
+                    != group.len() as isize
+                {
+                    return Err(io::Error::last_os_error());
+                }
                 Ok(())
             });
         }
         // `spawn` returns once the command has exec'd, so its group and the terminal's
         // foreground are already set.
-        let child = command.spawn()?;
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                // The group may be named already; it is gone, and its ID may be reused.
+                guard.stand_down();
+                return Err(error);
+            }
+        };
         let leader = child.id() as libc::pid_t;
-        guard.watch(leader);
         Ok(CommandGroup {
             leader,
             status: None,
@@ -290,7 +306,8 @@ impl Terminal {
 /// kernel closes that end however `run` ends.
 ///
 /// Messages are 8 bytes (native order), each written whole (a pipe write of up to PIPE_BUF
-/// bytes is atomic): the group to watch, then deadlines on CLOCK_MONOTONIC in nanoseconds,
+/// bytes is atomic): the group to watch, written by the command itself before it execs,
+/// then deadlines on CLOCK_MONOTONIC in nanoseconds,
 /// and 0 to stand down once the group is gone. End of file without that 0 kills the group.
 struct Guard {
     pipe: OwnedFd,
@@ -325,11 +342,6 @@ impl Guard {
         let bytes = message.to_ne_bytes();
         // SAFETY: writes 8 bytes from a valid buffer to our own pipe.
         unsafe { libc::write(self.pipe.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };
-    }
-
-    /// Names the group to kill.
-    fn watch(&mut self, group: libc::pid_t) {
-        self.send(group as u64);
     }
 
     /// Moves the deadline at which the guard kills the group.
