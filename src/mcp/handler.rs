@@ -21,15 +21,13 @@ use super::contract::ErrorKind;
 use super::dashboard::activity;
 use super::dashboard::timeline::Timeline;
 use super::dashboard::waiting::Waiting;
+use super::http_sessions::SESSION_HEADER;
 use super::metrics::Metrics;
 use super::reply::{ToolError, finish};
 use super::schema;
 use super::sessions::{SessionKey, SessionRegistry, level_rank};
 use super::{CALL_SLOT_WAIT, Capacity, Limits, MAX_CONCURRENT_CALLS_ENV};
 use crate::Locks;
-
-/// The header that carries the HTTP session id.
-const SESSION_HEADER: &str = "mcp-session-id";
 
 const INSTRUCTIONS: &str = "Locks for agents, granted by a majority of independent Redis groups: acquire_lock before changing a shared resource. \
 A tool error's first word is its kind; after no_quorum never act as if you held the lock.";
@@ -99,6 +97,15 @@ impl LockServer {
 
     pub(crate) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    /// Where a kept lease's session hears that the lease ended: the stdio client's peer. An
+    /// HTTP request's peer ends with the request; HTTP sessions hear over their own stream.
+    pub(crate) fn notice_peer(
+        &self,
+        context: &rmcp::service::RequestContext<RoleServer>,
+    ) -> Option<rmcp::Peer<RoleServer>> {
+        (self.transport == Transport::Stdio).then(|| context.peer.clone())
     }
 
     /// The session a request belongs to, if it has one.

@@ -18,6 +18,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
@@ -25,9 +26,7 @@ use super::auth::{BearerToken, require_bearer};
 use super::dashboard::{self, groups::GroupWatch, snapshot::Snapshots};
 use super::handler::{LockServer, Shared, Transport};
 use super::hosts::{AllowedHosts, require_allowed_host};
-use super::http_sessions::{
-    TrackedSessions, answer_delete_with_no_content, refuse_beyond_max_sessions,
-};
+use super::http_sessions::{HttpSessions, keep_sessions};
 use super::metrics::CONTENT_TYPE;
 use super::readiness::{Readiness, readyz};
 use super::tls::{TlsFiles, TlsListener, server_config};
@@ -190,39 +189,42 @@ fn app(server: &McpServer, options: &HttpOptions, stop: &CancellationToken) -> R
         .merge(protected)
 }
 
-/// `/mcp`: rmcp's streamable HTTP service behind the session cap.
+/// `/mcp`: rmcp's stateless streamable HTTP service, behind this server's own sessions
+/// unless `stateless` is set.
 fn mcp_route(
     server: &McpServer,
     options: &HttpOptions,
     hosts: &AllowedHosts,
     stop: &CancellationToken,
 ) -> Router {
+    // rmcp keeps no session: its own session manager costs about 70 KB per session, and
+    // `http_sessions` keeps what a session needs in far less.
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop.child_token())
         .with_max_request_body_bytes(MAX_REQUEST_BYTES)
-        // Clients on the newest protocol are served without a session either way; this
-        // decides for the older versions.
-        .with_legacy_session_mode(!options.stateless)
+        .with_legacy_session_mode(false)
         .with_allowed_hosts(hosts.entries().to_vec());
     let shared = Arc::clone(&server.shared);
-    let sessions = Arc::new(TrackedSessions::new(
-        Arc::clone(&shared.sessions),
-        Arc::clone(&shared.metrics),
-        options.session_idle,
-        shared.capacity.max_sessions,
-    ));
     let mcp = StreamableHttpService::new(
         move || Ok(LockServer::new(Arc::clone(&shared), Transport::Http)),
-        Arc::clone(&sessions),
+        Arc::new(NeverSessionManager::default()),
         config,
     );
-    Router::new()
-        .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn(answer_delete_with_no_content))
-        .layer(axum::middleware::from_fn_with_state(
-            sessions,
-            refuse_beyond_max_sessions,
-        ))
+    let route = Router::new().nest_service("/mcp", mcp);
+    if options.stateless {
+        return route;
+    }
+    let sessions = Arc::new(HttpSessions::new(
+        Arc::clone(&server.shared.sessions),
+        Arc::clone(&server.shared.metrics),
+        options.session_idle,
+        server.shared.capacity.max_sessions,
+    ));
+    sessions.spawn_idle_sweep(stop.child_token());
+    route.layer(axum::middleware::from_fn_with_state(
+        (sessions, stop.child_token()),
+        keep_sessions,
+    ))
 }
 
 /// The warning for plain HTTP where the token would cross a network: off loopback, no TLS.

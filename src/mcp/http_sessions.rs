@@ -1,32 +1,33 @@
-//! The HTTP session manager: rmcp's in-memory one, plus the hook that opens a session in the
-//! keepalive registry when it is created and releases its leases when it closes.
+//! HTTP sessions, kept by this server in front of rmcp's stateless service.
 //!
-//! rmcp calls `close_session` on a DELETE from the client and again when a session's service
-//! stops for any reason (idle timeout, server shutdown), so this one hook sees every end.
+//! rmcp serves every request on its own, and this layer adds the sessions of MCP's older
+//! protocol versions on top. A session is an id and the time of its last request, plus its
+//! entry in the keepalive registry. Nothing else lives for a session between its requests:
+//! no task and no channel, unless the client opens the stream of server messages (`GET`).
+//! rmcp's own session manager keeps a task and several channels per session, about 70 KB.
 //!
-//! A DELETE that ends a session is answered `204 No Content` ([`answer_delete_with_no_content`]).
+//! - `initialize` without `Mcp-Session-Id` opens a session: the answer carries its id. While
+//!   `max_sessions` are open, it gets `503` with `Retry-After`.
+//! - A request naming a session that is not open gets `404`, so the client opens a new one.
+//! - `GET` opens the session's stream, where the notice of a keepalive lease that ended
+//!   arrives. A second `GET` replaces the first stream.
+//! - `DELETE` ends the session. Its keepalive leases are released before the `204` answer.
+//! - A session without requests for `idle` ends the same way.
 //!
-//! It also caps the open sessions at the server's `max_sessions`: `create_session` refuses
-//! one more (rmcp answers `500` with the message), and [`refuse_beyond_max_sessions`] answers
-//! `503` before rmcp is reached in the common case of a request that would open one.
+//! Calls without a session (the newest protocol, or `serve --stateless`) pass through.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-
-use futures::Stream;
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
-use rmcp::transport::streamable_http_server::session::local::{
-    LocalSessionManager, LocalSessionManagerError, SessionConfig,
-};
-use rmcp::transport::streamable_http_server::session::{
-    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
-};
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
 
 use super::http::MAX_REQUEST_BYTES;
 use super::metrics::Metrics;
@@ -34,89 +35,192 @@ use super::sessions::{SessionKey, SessionRegistry};
 use super::{MAX_SESSIONS_ENV, RELEASE_ON_SHUTDOWN_TIMEOUT};
 
 /// The header that names an HTTP session.
-const SESSION_HEADER: &str = "mcp-session-id";
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Longest pause between two looks for idle sessions.
+const LONGEST_SWEEP: Duration = Duration::from_secs(5);
+/// Shortest pause between two looks for idle sessions.
+const SHORTEST_SWEEP: Duration = Duration::from_millis(50);
 
-/// Why the session manager failed.
-#[derive(Debug, thiserror::Error)]
-pub enum TrackedSessionsError {
-    #[error(transparent)]
-    Local(#[from] LocalSessionManagerError),
-    #[error("{}", too_many_sessions(*.0))]
-    TooManySessions(usize),
+/// Why an `initialize` opened no session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// `max_sessions` are open.
+    Full,
+    /// The server is shutting down.
+    ShuttingDown,
 }
 
-/// The refusal of a session beyond `max_sessions`, naming the limit.
-fn too_many_sessions(max: usize) -> String {
-    format!(
-        "too many MCP sessions: this server already has {max} open, its max_sessions (set by {MAX_SESSIONS_ENV}); retry later, and end sessions you no longer need with DELETE /mcp"
-    )
-}
-
-/// [`LocalSessionManager`] that keeps the keepalive registry in step with its sessions and
-/// caps how many are open.
-pub struct TrackedSessions {
-    inner: LocalSessionManager,
+/// The open HTTP sessions: ids and the time of their last request.
+pub struct HttpSessions {
     registry: Arc<SessionRegistry>,
     metrics: Arc<Metrics>,
-    /// Open sessions (a set, because rmcp may close a session twice).
-    open: tokio::sync::Mutex<HashSet<SessionId>>,
+    idle: Duration,
     max_sessions: usize,
+    last_request: Mutex<HashMap<Arc<str>, Instant>>,
 }
 
-impl TrackedSessions {
-    /// Sessions close after `idle` without requests (and their keepalive leases are released);
+impl HttpSessions {
+    /// Sessions end after `idle` without requests (and their keepalive leases are released);
     /// at most `max_sessions` are open at once.
     pub fn new(
         registry: Arc<SessionRegistry>,
         metrics: Arc<Metrics>,
         idle: Duration,
         max_sessions: usize,
-    ) -> TrackedSessions {
-        let mut inner = LocalSessionManager::default();
-        let mut config = SessionConfig::default();
-        config.keep_alive = Some(idle);
-        inner.session_config = config;
-        TrackedSessions {
-            inner,
+    ) -> HttpSessions {
+        HttpSessions {
             registry,
             metrics,
-            open: tokio::sync::Mutex::new(HashSet::new()),
+            idle,
             max_sessions,
+            last_request: Mutex::new(HashMap::new()),
         }
     }
 
-    /// True when no further session may open.
-    async fn full(&self) -> bool {
-        self.open.lock().await.len() >= self.max_sessions
+    fn open_sessions(&self) -> MutexGuard<'_, HashMap<Arc<str>, Instant>> {
+        // The map holds instants only; a panic elsewhere leaves it usable.
+        self.last_request
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Counts `id` as open unless the cap is reached.
-    async fn admit(&self, id: &SessionId) -> Result<(), TrackedSessionsError> {
-        let mut open = self.open.lock().await;
-        if !open.contains(id) && open.len() >= self.max_sessions {
-            self.metrics.refused("max_sessions");
-            return Err(TrackedSessionsError::TooManySessions(self.max_sessions));
+    /// Opens a session, unless `max_sessions` are open or the server is shutting down.
+    fn open(&self) -> Result<Arc<str>, Refused> {
+        let id: Arc<str> = Arc::from(uuid::Uuid::new_v4().simple().to_string());
+        {
+            let mut open = self.open_sessions();
+            if open.len() >= self.max_sessions {
+                return Err(Refused::Full);
+            }
+            open.insert(Arc::clone(&id), Instant::now());
+            self.metrics.sessions(open.len());
         }
-        open.insert(id.clone());
-        self.metrics.sessions(open.len());
-        Ok(())
+        if !self.registry.open(SessionKey::http(&id)) {
+            self.forget(&id);
+            return Err(Refused::ShuttingDown);
+        }
+        Ok(id)
+    }
+
+    /// The answer to an `initialize` that opened no session.
+    fn refusal(&self, refused: Refused) -> Response {
+        match refused {
+            Refused::ShuttingDown => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Service Unavailable: the server is shutting down\n",
+            )
+                .into_response(),
+            Refused::Full => {
+                self.metrics.refused("max_sessions");
+                tracing::warn!(
+                    max_sessions = self.max_sessions,
+                    "refused a new MCP session: max_sessions reached"
+                );
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(header::RETRY_AFTER, "5")],
+                    format!(
+                        "too many MCP sessions: this server already has {} open, its max_sessions (set by {MAX_SESSIONS_ENV}); retry later, and end sessions you no longer need with DELETE /mcp\n",
+                        self.max_sessions
+                    ),
+                )
+                    .into_response()
+            }
+        }
+    }
+
+    /// Notes a request of session `id`; false when no such session is open.
+    fn touch(&self, id: &str) -> bool {
+        match self.open_sessions().get_mut(id) {
+            Some(last) => {
+                *last = Instant::now();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes `id` out of the open sessions; false when it was not open.
+    fn forget(&self, id: &str) -> bool {
+        let mut open = self.open_sessions();
+        let removed = open.remove(id).is_some();
+        if removed {
+            self.metrics.sessions(open.len());
+        }
+        removed
+    }
+
+    /// Ends session `id`: its keepalive leases are released (or the wait for them times out)
+    /// before this returns, and its stream closes.
+    async fn close(&self, id: &str) -> bool {
+        if !self.forget(id) {
+            return false;
+        }
+        self.registry
+            .close(&SessionKey::http(id), RELEASE_ON_SHUTDOWN_TIMEOUT)
+            .await;
+        true
+    }
+
+    /// Ends sessions idle for longer than `idle`, until `stop`.
+    pub fn spawn_idle_sweep(self: &Arc<Self>, stop: CancellationToken) {
+        let sessions = Arc::clone(self);
+        let every = (self.idle / 4).clamp(SHORTEST_SWEEP, LONGEST_SWEEP);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while stop.run_until_cancelled(ticks.tick()).await.is_some() {
+                let idle: Vec<Arc<str>> = sessions
+                    .open_sessions()
+                    .iter()
+                    .filter(|(_, last)| last.elapsed() > sessions.idle)
+                    .map(|(id, _)| Arc::clone(id))
+                    .collect();
+                for id in idle {
+                    tracing::info!(session = %id, "MCP session idle too long; ending it");
+                    sessions.close(&id).await;
+                }
+            }
+        });
     }
 }
 
-/// Middleware on `/mcp`: while `max_sessions` are open, an `initialize` (a POST without
-/// `Mcp-Session-Id` whose method is `initialize`) gets `503` with `Retry-After`. Requests of
-/// existing sessions, and sessionless (2026-07-28) calls, which open none, pass. The body is
-/// only read here when the server is full.
-pub async fn refuse_beyond_max_sessions(
-    State(sessions): State<Arc<TrackedSessions>>,
+/// Middleware on `/mcp` that keeps the sessions (see the module's doc).
+pub async fn keep_sessions(
+    State((sessions, stop)): State<(Arc<HttpSessions>, CancellationToken)>,
     request: Request,
     next: Next,
 ) -> Response {
-    let may_open =
-        request.method() == Method::POST && !request.headers().contains_key(SESSION_HEADER);
-    if !may_open || !sessions.full().await {
-        return next.run(request).await;
+    let named = request
+        .headers()
+        .get(SESSION_HEADER)
+        .map(|value| value.to_str().map(str::to_owned));
+    match (request.method().clone(), named) {
+        (_, Some(Err(_))) => bad_request("the Mcp-Session-Id header is not text"),
+        (Method::POST, None) => open_on_initialize(&sessions, request, next).await,
+        (method, Some(Ok(id))) => {
+            if !sessions.touch(&id) {
+                return (StatusCode::NOT_FOUND, "Not Found: Session not found\n").into_response();
+            }
+            match method {
+                Method::POST => next.run(request).await,
+                Method::GET => stream(&sessions.registry, &id, stop),
+                Method::DELETE => {
+                    sessions.close(&id).await;
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                _ => method_not_allowed(),
+            }
+        }
+        (Method::GET | Method::DELETE, None) => {
+            bad_request("this method needs the Mcp-Session-Id header of an open session")
+        }
+        _ => method_not_allowed(),
     }
+}
+
+/// A POST without a session: an `initialize` opens one, anything else is served without.
+async fn open_on_initialize(sessions: &HttpSessions, request: Request, next: Next) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_REQUEST_BYTES).await else {
         return (
@@ -125,34 +229,56 @@ pub async fn refuse_beyond_max_sessions(
         )
             .into_response();
     };
-    if is_initialize(&bytes) {
-        sessions.metrics.refused("max_sessions");
-        tracing::warn!(
-            max_sessions = sessions.max_sessions,
-            "refused a new MCP session: max_sessions reached"
-        );
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            format!("{}\n", too_many_sessions(sessions.max_sessions)),
-        )
-            .into_response();
+    let initialize = is_initialize(&bytes);
+    let request = Request::from_parts(parts, axum::body::Body::from(bytes));
+    if !initialize {
+        return next.run(request).await;
     }
-    next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
-        .await
-}
-
-/// Middleware on `/mcp`: a DELETE that ended a session gets `204 No Content`. rmcp answers
-/// `202 Accepted`, which MCP clients do not expect for a DELETE: the official Python SDK logs
-/// "Session termination failed: 202" for every agent that exits. The session's keepalive
-/// leases are released before either answer.
-pub async fn answer_delete_with_no_content(request: Request, next: Next) -> Response {
-    let delete = request.method() == Method::DELETE;
+    let id = match sessions.open() {
+        Ok(id) => id,
+        Err(refused) => return sessions.refusal(refused),
+    };
     let mut response = next.run(request).await;
-    if delete && response.status() == StatusCode::ACCEPTED {
-        *response.status_mut() = StatusCode::NO_CONTENT;
+    match HeaderValue::from_str(&id) {
+        Ok(value) if response.status().is_success() => {
+            response.headers_mut().insert(SESSION_HEADER, value);
+        }
+        _ => {
+            sessions.close(&id).await;
+        }
     }
     response
+}
+
+/// The session's stream of server messages, open until the session or the server ends.
+fn stream(registry: &SessionRegistry, id: &str, stop: CancellationToken) -> Response {
+    let Some(messages) = registry.open_stream(&SessionKey::http(id)) else {
+        return (StatusCode::NOT_FOUND, "Not Found: Session not found\n").into_response();
+    };
+    let events = futures::stream::unfold(messages, |mut messages| async move {
+        let message = messages.recv().await?;
+        Some((
+            Ok::<_, Infallible>(Event::default().data(&*message)),
+            messages,
+        ))
+    })
+    .take_until(stop.cancelled_owned());
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn bad_request(why: &str) -> Response {
+    (StatusCode::BAD_REQUEST, format!("Bad Request: {why}\n")).into_response()
+}
+
+fn method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        [(header::ALLOW, "GET, POST, DELETE")],
+        "Method Not Allowed\n",
+    )
+        .into_response()
 }
 
 /// Whether a request body is a JSON-RPC `initialize` request.
@@ -164,104 +290,4 @@ fn is_initialize(body: &[u8]) -> bool {
     }
     serde_json::from_slice::<Envelope<'_>>(body)
         .is_ok_and(|message| message.method.as_deref() == Some("initialize"))
-}
-
-impl SessionManager for TrackedSessions {
-    type Error = TrackedSessionsError;
-    type Transport = <LocalSessionManager as SessionManager>::Transport;
-
-    async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        // Held across the creation so that concurrent initializes cannot overshoot the cap.
-        let mut open = self.open.lock().await;
-        if open.len() >= self.max_sessions {
-            self.metrics.refused("max_sessions");
-            return Err(TrackedSessionsError::TooManySessions(self.max_sessions));
-        }
-        let (id, transport) = self.inner.create_session().await?;
-        open.insert(id.clone());
-        self.metrics.sessions(open.len());
-        drop(open);
-        self.registry.open(SessionKey::http(&id));
-        Ok((id, transport))
-    }
-
-    async fn initialize_session(
-        &self,
-        id: &SessionId,
-        message: ClientJsonRpcMessage,
-    ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        Ok(self.inner.initialize_session(id, message).await?)
-    }
-
-    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
-        Ok(self.inner.has_session(id).await?)
-    }
-
-    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
-        let closed = self.inner.close_session(id).await;
-        {
-            let mut open = self.open.lock().await;
-            if open.remove(id) {
-                self.metrics.sessions(open.len());
-            }
-        }
-        // Released before the DELETE is answered, so a client that deletes its session can
-        // rely on its locks being free when the call returns.
-        self.registry
-            .close(&SessionKey::http(id), RELEASE_ON_SHUTDOWN_TIMEOUT)
-            .await;
-        Ok(closed?)
-    }
-
-    async fn create_stream(
-        &self,
-        id: &SessionId,
-        message: ClientJsonRpcMessage,
-    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.create_stream(id, message).await?)
-    }
-
-    async fn accept_message(
-        &self,
-        id: &SessionId,
-        message: ClientJsonRpcMessage,
-    ) -> Result<(), Self::Error> {
-        Ok(self.inner.accept_message(id, message).await?)
-    }
-
-    async fn create_standalone_stream(
-        &self,
-        id: &SessionId,
-    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.create_standalone_stream(id).await?)
-    }
-
-    async fn resume(
-        &self,
-        id: &SessionId,
-        last_event_id: String,
-    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
-        Ok(self.inner.resume(id, last_event_id).await?)
-    }
-
-    async fn restore_session(
-        &self,
-        id: SessionId,
-    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        let outcome = self.inner.restore_session(id.clone()).await?;
-        if matches!(outcome, RestoreOutcome::Restored(_)) {
-            // Only reached with a session store, which this server does not configure; a
-            // restored session counts against the cap like a new one.
-            if let Err(refused) = self.admit(&id).await {
-                let _ = self.inner.close_session(&id).await;
-                return Err(refused);
-            }
-            self.registry.open(SessionKey::http(&id));
-        }
-        Ok(outcome)
-    }
-
-    fn event_store(&self) -> Option<Arc<dyn EventStore>> {
-        self.inner.event_store()
-    }
 }

@@ -20,7 +20,8 @@
 //! - `metrics`: Prometheus metrics for `/metrics`.
 //! - `auth`: the HTTP bearer token, compared in constant time.
 //! - `hosts`: the `Host` header check (DNS-rebinding protection) for `/mcp` and `/metrics`.
-//! - `http_sessions`: the HTTP session manager that releases a session's leases as it closes.
+//! - `http_sessions`: HTTP sessions kept in front of rmcp's stateless service; a session's end
+//!   releases its keepalive leases.
 //! - `http`: the axum app (`/mcp`, `/healthz`, `/readyz`, `/metrics`, the dashboard) and its graceful
 //!   shutdown.
 //! - `readiness`: `/readyz`, 200 only while a majority of groups vote.

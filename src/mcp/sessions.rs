@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use rmcp::{Peer, RoleServer};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use super::contract::{KeepaliveState, KeepaliveView, rfc3339};
 use super::dashboard::timeline::{EventKind, Timeline};
@@ -33,6 +33,9 @@ use crate::Error;
 use crate::Released;
 use crate::{KeptLease, LeaseEnd};
 
+/// Server messages an HTTP session's stream holds before the client reads them; more are
+/// dropped, as the session can still ask `lock_status`.
+const STREAM_BACKLOG: usize = 8;
 /// How many ended leases are remembered for `lock_status`; the oldest are forgotten first.
 const MAX_ENDED_RECORDS: usize = 4096;
 
@@ -76,6 +79,8 @@ type ReleaseResponder = oneshot::Sender<Result<Released, Error>>;
 struct SessionEntry {
     /// Lowest level of logging notification the client wants (see [`level_rank`]).
     min_level: u8,
+    /// An HTTP session's open stream of server messages (`GET /mcp`), as JSON-RPC text.
+    stream: Option<mpsc::Sender<Arc<str>>>,
 }
 
 struct LeaseEntry {
@@ -173,11 +178,19 @@ impl SessionRegistry {
         if state.closed {
             return false;
         }
-        state
-            .sessions
-            .entry(session)
-            .or_insert(SessionEntry { min_level: 0 });
+        state.sessions.entry(session).or_insert(SessionEntry {
+            min_level: 0,
+            stream: None,
+        });
         true
+    }
+
+    /// Opens `session`'s stream of server messages, in place of the one it had; `None` when
+    /// the session is not open.
+    pub fn open_stream(&self, session: &SessionKey) -> Option<mpsc::Receiver<Arc<str>>> {
+        let (sender, messages) = mpsc::channel(STREAM_BACKLOG);
+        self.lock().sessions.get_mut(session)?.stream = Some(sender);
+        Some(messages)
     }
 
     pub fn is_open(&self, session: &SessionKey) -> bool {
@@ -297,12 +310,13 @@ impl SessionRegistry {
         }
     }
 
-    /// Takes a kept lease into `session`, renewing it until it ends; on a lost lease `peer` is
-    /// told with a logging notification.
+    /// Takes a kept lease into `session`, renewing it until it ends; on a lost lease the session
+    /// is told with a logging notification, over `peer` (stdio) or its stream (HTTP). An HTTP
+    /// request's peer ends with the request, so HTTP sessions pass none.
     pub fn adopt(
         self: &Arc<Self>,
         session: SessionKey,
-        peer: Peer<RoleServer>,
+        peer: Option<Peer<RoleServer>>,
         lease: KeptLease,
     ) -> Result<(), Box<AdoptError>> {
         let (stop, stopped) = oneshot::channel();
@@ -387,7 +401,7 @@ impl SessionRegistry {
     async fn watch(
         &self,
         session: SessionKey,
-        peer: Peer<RoleServer>,
+        peer: Option<Peer<RoleServer>>,
         lease: KeptLease,
         mut stopped: oneshot::Receiver<ReleaseResponder>,
     ) {
@@ -428,7 +442,7 @@ impl SessionRegistry {
     async fn ended(
         &self,
         session: SessionKey,
-        peer: Peer<RoleServer>,
+        peer: Option<Peer<RoleServer>>,
         lease: &KeptLease,
         end: LeaseEnd,
     ) {
@@ -468,7 +482,7 @@ impl SessionRegistry {
             reason: Some(reason.clone()),
             ended_at: Some(rfc3339(ended)),
         };
-        let wants_warning = {
+        let told = {
             let mut state = self.lock();
             state.leases.remove(lease.token());
             // Room for one record per resource of the lease.
@@ -493,15 +507,19 @@ impl SessionRegistry {
                     );
                 }
             }
-            state
-                .sessions
-                .get(&session)
-                .is_some_and(|entry| entry.min_level <= LEVEL_WARNING)
+            match state.sessions.get(&session) {
+                Some(entry) if entry.min_level <= LEVEL_WARNING => match peer {
+                    Some(peer) => Listener::Peer(peer),
+                    None => entry
+                        .stream
+                        .clone()
+                        .map_or(Listener::None, Listener::Stream),
+                },
+                _ => Listener::None,
+            }
         };
         tracing::warn!(resource = %lease.resources().join(", "), state = state_name.as_str(), %reason, "keepalive lease ended");
-        if wants_warning {
-            notify_lease_end(&peer, lease, state_name, &reason).await;
-        }
+        notify_lease_end(told, lease, state_name, &reason).await;
     }
 }
 
@@ -522,11 +540,21 @@ fn not_released() -> Released {
     }
 }
 
+/// Who hears that a keepalive lease ended.
+enum Listener {
+    /// A stdio client, over its connection.
+    Peer(Peer<RoleServer>),
+    /// An HTTP session, over its stream of server messages.
+    Stream(mpsc::Sender<Arc<str>>),
+    /// Nobody: the session is gone, has no stream open, or wants no warnings.
+    None,
+}
+
 // Logging notifications are deprecated by SEP-2577, but they are the only way MCP has to tell
 // a session about an event it did not ask for, and clients still show them.
 #[allow(deprecated)]
 async fn notify_lease_end(
-    peer: &Peer<RoleServer>,
+    listener: Listener,
     lease: &KeptLease,
     state: KeepaliveState,
     reason: &str,
@@ -543,7 +571,31 @@ async fn notify_lease_end(
     });
     let message =
         LoggingMessageNotificationParam::new(LoggingLevel::Warning, data).with_logger("quorumlock");
-    if let Err(error) = peer.notify_logging_message(message).await {
+    let told = match listener {
+        Listener::Peer(peer) => peer
+            .notify_logging_message(message)
+            .await
+            .map_err(|error| error.to_string()),
+        Listener::Stream(stream) => stream_notice(&stream, message),
+        Listener::None => Ok(()),
+    };
+    if let Err(error) = told {
         tracing::debug!(%error, "could not notify the session that its keepalive lease ended");
     }
+}
+
+/// Puts a logging notification on an HTTP session's stream, without waiting for room.
+#[allow(deprecated)]
+fn stream_notice(
+    stream: &mpsc::Sender<Arc<str>>,
+    message: rmcp::model::LoggingMessageNotificationParam,
+) -> Result<(), String> {
+    use rmcp::model::{LoggingMessageNotification, ServerJsonRpcMessage, ServerNotification};
+    let notification = ServerJsonRpcMessage::notification(
+        ServerNotification::LoggingMessageNotification(LoggingMessageNotification::new(message)),
+    );
+    let text = serde_json::to_string(&notification).map_err(|error| error.to_string())?;
+    stream
+        .try_send(Arc::from(text))
+        .map_err(|error| error.to_string())
 }

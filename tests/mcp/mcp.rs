@@ -867,6 +867,78 @@ async fn a_lost_keepalive_lease_is_shown_and_notified() {
     .await;
 }
 
+/// The `Mcp-Session-Id` a raw response's head carries.
+fn session_of(head: &str) -> String {
+    head.lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no Mcp-Session-Id in {head}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_http_keepalive_is_notified_on_the_session_stream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = sentinel_lab().await;
+    within(Duration::from_secs(60), async {
+        let server = http_server(&fx.lab.config_path(), Some(TOKEN), &LOW_MIN_TTL).await;
+        let bearer = format!("Bearer {TOKEN}");
+        let [content_type, accept] = MCP_POST_HEADERS;
+        let headers = [content_type, accept, ("Authorization", bearer.as_str())];
+        let (status, head, body) =
+            raw_http_response(&server.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
+        assert_eq!(status, 200, "{body}");
+        let session = session_of(&head);
+        // The session's stream of server messages, read as it comes.
+        let mut stream = tokio::net::TcpStream::connect(&server.addr)
+            .await
+            .expect("connect");
+        let get = format!(
+            "GET /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: {bearer}\r\nMcp-Session-Id: {session}\r\nAccept: text/event-stream\r\n\r\n",
+            server.addr
+        );
+        stream.write_all(get.as_bytes()).await.expect("GET");
+        let mut seen = String::new();
+        let mut read_until = async |stream: &mut tokio::net::TcpStream, needle: &str| {
+            let mut buffer = [0u8; 4096];
+            while !seen.contains(needle) {
+                let got = stream.read(&mut buffer).await.expect("read the stream");
+                assert!(got > 0, "the stream closed before {needle:?}: {seen}");
+                seen.push_str(&String::from_utf8_lossy(&buffer[..got]));
+            }
+        };
+        read_until(&mut stream, "\r\n\r\n").await;
+        let session_headers = [
+            content_type,
+            accept,
+            ("Authorization", bearer.as_str()),
+            ("Mcp-Session-Id", session.as_str()),
+        ];
+        let acquire = json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "acquire_lock", "arguments": {"resource": "wiped", "ttl_ms": 900, "keepalive": true}},
+        });
+        let body = serde_json::to_vec(&acquire).expect("request");
+        let (status, _, answer) =
+            raw_http_response(&server.addr, "POST", "/mcp", &session_headers, &body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.contains("\"keepalive\":true"), "{answer}");
+        // Someone wipes the lock behind the lease's back.
+        fx.delete_everywhere(&common::lock_key("wiped")).await;
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            read_until(&mut stream, "keepalive_lease_ended"),
+        )
+        .await
+        .expect("the notice on the session's stream within 5 s");
+        assert!(seen.contains("notifications/message"), "{seen}");
+        assert!(seen.contains("\"resource\":\"wiped\""), "{seen}");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_max_hold_the_session_is_told_first() {
     let fx = plain_lab().await;

@@ -160,7 +160,7 @@ impl LockServer {
         let Err(refused) = self
             .shared()
             .sessions
-            .adopt(session, context.peer.clone(), kept)
+            .adopt(session, self.notice_peer(context), kept)
         else {
             return Ok(());
         };
