@@ -676,14 +676,7 @@ async fn deleting_a_session_is_answered_204() {
         let (status, head, body) =
             raw_http_response(&server.addr, "POST", "/mcp", &headers, RAW_INITIALIZE).await;
         assert_eq!(status, 200, "{body}");
-        let session = head
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                name.eq_ignore_ascii_case("mcp-session-id")
-                    .then(|| value.trim().to_string())
-            })
-            .unwrap_or_else(|| panic!("no Mcp-Session-Id in {head}"));
+        let session = session_of(&head);
         // The official Python SDK accepts 200 or 204 and warns on anything else.
         let delete = [
             ("Authorization", bearer.as_str()),
