@@ -34,6 +34,9 @@
 //! - [`bench`] (feature `tools`): the engine benchmark, and the MCP round-trip benchmark and
 //!   agent-swarm load (feature `mcp-bench`).
 
+// Functions stay under 80 lines (clippy.toml); tests are exempt.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
 mod config;
 mod engine;
 mod group;
