@@ -7,22 +7,24 @@
 //! (`quorumlock/__init__.py`) builds the context managers, the dataclasses and the
 //! exceptions on top.
 
+mod bridge;
+mod failure;
+
 use std::future::Future;
-use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use pyo3::IntoPyObjectExt;
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyWeakrefReference;
-use pyo3::{IntoPyObjectExt, intern};
 use quorumlock::{
     AcquireOptions, ConfigLocation, DEFAULT_TTL, Error, KeptLease, LeaseEnd, Locks, Topology,
 };
-use serde_json::{Value, json};
+use serde_json::json;
+
+use bridge::{Bridge, Completion, Target, make};
+use failure::{Failure, invalid};
 
 /// How often a sync call that waits looks for a signal (Ctrl-C) to deliver.
 const SIGNAL_CHECK: Duration = Duration::from_millis(100);
@@ -40,141 +42,6 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
         })
         .as_ref()
         .map_err(|error| PyRuntimeError::new_err(format!("cannot start the runtime: {error}")))
-}
-
-/// A failure on its way to Python: the engine's error, or one this module finds itself.
-enum Failure {
-    Engine(Error),
-    Own {
-        kind: &'static str,
-        message: String,
-        facts: Value,
-    },
-    Python(PyErr),
-}
-
-impl From<Error> for Failure {
-    fn from(error: Error) -> Self {
-        Failure::Engine(error)
-    }
-}
-
-fn invalid(field: &'static str, reason: impl Into<String>) -> Failure {
-    let reason = reason.into();
-    Failure::Own {
-        kind: "invalid_input",
-        message: format!("invalid {field}: {reason}"),
-        facts: json!({ "field": field, "reason": reason }),
-    }
-}
-
-/// The names of the groups whose vote says they failed (timeout, error, sitting out).
-fn failed_groups(votes: &[quorumlock::GroupVote]) -> Vec<String> {
-    votes
-        .iter()
-        .filter(|vote| vote.vote.is_failure())
-        .map(|vote| vote.group.clone())
-        .collect()
-}
-
-/// The facts an engine error carries, as the Python exception's attributes.
-fn facts(error: &Error) -> (&'static str, Value) {
-    match error {
-        Error::InvalidInput { field, reason } => {
-            ("invalid_input", json!({ "field": field, "reason": reason }))
-        }
-        Error::Held {
-            resource,
-            holder,
-            votes,
-        } => (
-            "held",
-            json!({ "resource": resource, "holder": holder, "votes": votes }),
-        ),
-        Error::Unavailable {
-            resource,
-            needed,
-            total,
-            votes,
-        } => (
-            "unavailable",
-            json!({
-                "resource": resource,
-                "needed": needed,
-                "total": total,
-                "failed_groups": failed_groups(votes),
-                "votes": votes,
-            }),
-        ),
-        Error::ListingUnavailable {
-            locks,
-            needed,
-            total,
-            votes,
-        } => (
-            "listing_unavailable",
-            json!({
-                "resource": locks,
-                "needed": needed,
-                "total": total,
-                "failed_groups": failed_groups(votes),
-                "votes": votes,
-            }),
-        ),
-        Error::Expired {
-            resource,
-            elapsed_ms,
-            votes,
-        } => (
-            "expired",
-            json!({ "resource": resource, "elapsed_ms": elapsed_ms, "votes": votes }),
-        ),
-        Error::NotHeld { resource, votes } => {
-            ("not_held", json!({ "resource": resource, "votes": votes }))
-        }
-        Error::LeaseLost { resource, reason } => (
-            "lease_lost",
-            json!({ "resource": resource, "reason": reason }),
-        ),
-        Error::Config(config) => {
-            let key = match config {
-                quorumlock::ConfigError::Invalid { key, .. } => Some(key.clone()),
-                _ => None,
-            };
-            ("config", json!({ "key": key }))
-        }
-        // Setup failures, and whatever the engine learns to report later.
-        other => ("other", json!({ "votes": other.votes() })),
-    }
-}
-
-impl Failure {
-    /// The Python exception, built by `quorumlock._errors` so that it carries the facts as
-    /// attributes of the class Python code catches.
-    fn into_py(self) -> PyErr {
-        let (kind, message, facts) = match self {
-            Failure::Python(error) => return error,
-            Failure::Engine(error) => {
-                let (kind, facts) = facts(&error);
-                (kind, error.to_string(), facts)
-            }
-            Failure::Own {
-                kind,
-                message,
-                facts,
-            } => (kind, message, facts),
-        };
-        Python::attach(|py| {
-            let built = py
-                .import("quorumlock._errors")
-                .and_then(|module| module.getattr("_from_native"))
-                .and_then(|make| make.call1((kind, message.as_str(), facts.to_string())));
-            match built {
-                Ok(exception) => PyErr::from_value(exception),
-                Err(error) => error,
-            }
-        })
-    }
 }
 
 /// Runs `work` on the module's runtime while this thread gives up the GIL; a signal that
@@ -213,184 +80,6 @@ where
     match bridge {
         Some(bridge) => bridge.get().spawn(py, work),
         None => block(py, work)?.into_py_any(py),
-    }
-}
-
-/// Builds a result's Python value, on the event loop's thread.
-type Make = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
-
-fn make<T>(value: T) -> Make
-where
-    T: for<'py> IntoPyObject<'py> + Send + 'static,
-{
-    Box::new(move |py| value.into_py_any(py))
-}
-
-/// What a finished call hands to the event loop: an asyncio future to complete, or a
-/// callback to call with the value.
-enum Target {
-    Future(Py<PyAny>),
-    Callback(Py<PyAny>),
-}
-
-struct Completion {
-    target: Target,
-    outcome: Result<Make, Failure>,
-}
-
-/// Completions waiting for their event loop, and the socket that wakes it.
-struct Queue {
-    done: Mutex<Vec<Completion>>,
-    wake: UnixStream,
-}
-
-impl Queue {
-    /// Called on the runtime's threads, which never take the GIL: the loop is woken by one
-    /// byte when the queue stops being empty, and builds the Python values itself.
-    fn complete(&self, completion: Completion) {
-        let first = {
-            let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
-            done.push(completion);
-            done.len() == 1
-        };
-        if first {
-            // A full socket means a wake is pending already.
-            let _ = (&self.wake).write(&[1]);
-        }
-    }
-}
-
-/// One event loop's way back from the runtime: `loop.add_reader(bridge.fileno(),
-/// bridge.drain)` runs `drain` when calls finished, which completes their futures.
-#[pyclass(frozen, module = "quorumlock._native")]
-struct Bridge {
-    /// A weak reference: the loop holds the bridge (its reader), not the other way round.
-    event_loop: Py<PyWeakrefReference>,
-    queue: Arc<Queue>,
-    woken: UnixStream,
-}
-
-/// Cancels the engine's work when its asyncio future is cancelled.
-#[pyclass(frozen, module = "quorumlock._native")]
-struct Canceller {
-    abort: tokio::task::AbortHandle,
-}
-
-#[pymethods]
-impl Canceller {
-    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
-        if future
-            .call_method0(intern!(future.py(), "cancelled"))?
-            .is_truthy()?
-        {
-            self.abort.abort();
-        }
-        Ok(())
-    }
-}
-
-impl Bridge {
-    /// Runs `work` on the runtime; returns an asyncio future of its value. Cancelling the
-    /// future drops the work.
-    fn spawn<T>(
-        &self,
-        py: Python<'_>,
-        work: impl Future<Output = Result<T, Failure>> + Send + 'static,
-    ) -> PyResult<Py<PyAny>>
-    where
-        T: for<'py> IntoPyObject<'py> + Send + 'static,
-    {
-        let event_loop = self
-            .event_loop
-            .bind(py)
-            .upgrade()
-            .ok_or_else(|| PyRuntimeError::new_err("the event loop is gone"))?;
-        let future = event_loop.call_method0(intern!(py, "create_future"))?;
-        let target = Target::Future(future.clone().unbind());
-        let queue = self.queue.clone();
-        let task = runtime()?.spawn(async move {
-            let outcome = work.await.map(make);
-            queue.complete(Completion { target, outcome });
-        });
-        future.call_method1(
-            intern!(py, "add_done_callback"),
-            (Canceller {
-                abort: task.abort_handle(),
-            },),
-        )?;
-        Ok(future.unbind())
-    }
-}
-
-fn hand_over(py: Python<'_>, completion: Completion) -> PyResult<()> {
-    match completion.target {
-        Target::Future(future) => {
-            let future = future.bind(py);
-            // Cancelled meanwhile: the value is dropped (a lease in it is released).
-            if future.call_method0(intern!(py, "done"))?.is_truthy()? {
-                return Ok(());
-            }
-            match completion
-                .outcome
-                .and_then(|make| make(py).map_err(Failure::Python))
-            {
-                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
-                Err(failure) => future.call_method1(
-                    intern!(py, "set_exception"),
-                    (failure.into_py().value(py).clone(),),
-                )?,
-            };
-        }
-        Target::Callback(callback) => {
-            let value = completion
-                .outcome
-                .and_then(|make| make(py).map_err(Failure::Python))
-                .map_err(Failure::into_py)?;
-            callback.bind(py).call1((value,))?;
-        }
-    }
-    Ok(())
-}
-
-#[pymethods]
-impl Bridge {
-    #[new]
-    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let event_loop = PyWeakrefReference::new(event_loop)?.unbind();
-        let (woken, wake) = UnixStream::pair()?;
-        woken.set_nonblocking(true)?;
-        wake.set_nonblocking(true)?;
-        Ok(Bridge {
-            event_loop,
-            queue: Arc::new(Queue {
-                done: Mutex::new(Vec::new()),
-                wake,
-            }),
-            woken,
-        })
-    }
-
-    /// The descriptor the event loop watches.
-    fn fileno(&self) -> i32 {
-        self.woken.as_raw_fd()
-    }
-
-    /// Completes every call that finished since the last drain.
-    fn drain(&self, py: Python<'_>) -> PyResult<()> {
-        let mut bytes = [0u8; 64];
-        while let Ok(read) = (&self.woken).read(&mut bytes) {
-            if read < bytes.len() {
-                break;
-            }
-        }
-        let done = std::mem::take(&mut *self.queue.done.lock().unwrap_or_else(|p| p.into_inner()));
-        let mut first_error = None;
-        for completion in done {
-            if let Err(error) = hand_over(py, completion) {
-                first_error.get_or_insert(error);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
     }
 }
 
