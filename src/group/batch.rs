@@ -51,8 +51,9 @@ const MAX_QUEUED: usize = 8 * MAX_BATCH;
 /// Longest a renewal that finds its master idle waits for others to go out with it.
 /// Renewals are due every ttl/3 and not urgent to the millisecond, and each script call costs
 /// the master an admission check (`INFO`) and the client a command, so a few gathered into
-/// one call are much cheaper than each sent alone.
-const MAX_LINGER: Duration = Duration::from_millis(5);
+/// one call are much cheaper than each sent alone. At 1,000 sessions renewing 15 s leases,
+/// 20 ms cost the server 0.7 x the CPU per renewal of 5 ms (docs/performance.md).
+const MAX_LINGER: Duration = Duration::from_millis(20);
 const QUEUED_TOO_LONG: &str = "queued behind other calls for the whole call timeout";
 pub(crate) const QUEUE_FULL: &str =
     "too many calls already queued for this master (the client is overloaded)";
