@@ -1,6 +1,7 @@
 //! The way back from the runtime to an asyncio event loop: a finished call queues its
-//! completion and wakes the loop with one byte on a socket the loop watches; the loop then
-//! builds the Python values and completes the futures.
+//! completion (a future to complete, or a callback to call) and wakes the loop with one byte
+//! on a socket the loop watches; the loop then builds the Python values and hands them over.
+//! Cancelling a call's asyncio future aborts the call's task.
 
 use std::future::Future;
 use std::io::{Read, Write};
@@ -40,8 +41,8 @@ pub(crate) struct Completion {
 
 /// Completions waiting for their event loop, and the socket that wakes it.
 pub(crate) struct Queue {
-    pub(crate) done: Mutex<Vec<Completion>>,
-    pub(crate) wake: UnixStream,
+    done: Mutex<Vec<Completion>>,
+    wake: UnixStream,
 }
 
 impl Queue {
@@ -65,14 +66,14 @@ impl Queue {
 #[pyclass(frozen, module = "quorumlock._native")]
 pub(crate) struct Bridge {
     /// A weak reference: the loop holds the bridge (its reader), not the other way round.
-    pub(crate) event_loop: Py<PyWeakrefReference>,
+    event_loop: Py<PyWeakrefReference>,
     pub(crate) queue: Arc<Queue>,
-    pub(crate) woken: UnixStream,
+    woken: UnixStream,
 }
 
 /// Cancels the engine's work when its asyncio future is cancelled.
 #[pyclass(frozen, module = "quorumlock._native")]
-pub(crate) struct Canceller {
+struct Canceller {
     abort: tokio::task::AbortHandle,
 }
 
@@ -122,7 +123,7 @@ impl Bridge {
     }
 }
 
-pub(crate) fn hand_over(py: Python<'_>, completion: Completion) -> PyResult<()> {
+fn hand_over(py: Python<'_>, completion: Completion) -> PyResult<()> {
     match completion.target {
         Target::Future(future) => {
             let future = future.bind(py);

@@ -32,7 +32,7 @@ pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Failure
 }
 
 /// The names of the groups whose vote says they failed (timeout, error, sitting out).
-pub(crate) fn failed_groups(votes: &[quorumlock::GroupVote]) -> Vec<String> {
+fn failed_groups(votes: &[quorumlock::GroupVote]) -> Vec<String> {
     votes
         .iter()
         .filter(|vote| vote.vote.is_failure())
@@ -41,7 +41,7 @@ pub(crate) fn failed_groups(votes: &[quorumlock::GroupVote]) -> Vec<String> {
 }
 
 /// The facts an engine error carries, as the Python exception's attributes.
-pub(crate) fn facts(error: &Error) -> (&'static str, Value) {
+fn facts(error: &Error) -> (&'static str, Value) {
     match error {
         Error::InvalidInput { field, reason } => {
             ("invalid_input", json!({ "field": field, "reason": reason }))

@@ -691,7 +691,7 @@ mod tests {
             linger(&extend(5_000), Duration::from_millis(8)),
             Some(Duration::from_millis(2))
         );
-        // A 5 ms call timeout would leave the wait under a millisecond: no wait at all.
+        // A 3 ms call timeout would leave the wait under a millisecond: no wait at all.
         assert_eq!(linger(&extend(5_000), Duration::from_millis(3)), None);
     }
 
