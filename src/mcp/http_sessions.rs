@@ -200,7 +200,7 @@ pub async fn keep_sessions(
         (Method::POST, None) => open_on_initialize(&sessions, request, next).await,
         (method, Some(Ok(id))) => {
             if !sessions.touch(&id) {
-                return (StatusCode::NOT_FOUND, "Not Found: Session not found\n").into_response();
+                return session_not_found();
             }
             match method {
                 Method::POST => next.run(request).await,
@@ -253,7 +253,7 @@ async fn open_on_initialize(sessions: &HttpSessions, request: Request, next: Nex
 /// The session's stream of server messages, open until the session or the server ends.
 fn stream(registry: &SessionRegistry, id: &str, stop: CancellationToken) -> Response {
     let Some(messages) = registry.open_stream(&SessionKey::http(id)) else {
-        return (StatusCode::NOT_FOUND, "Not Found: Session not found\n").into_response();
+        return session_not_found();
     };
     let events = futures::stream::unfold(messages, |mut messages| async move {
         let message = messages.recv().await?;
@@ -266,6 +266,11 @@ fn stream(registry: &SessionRegistry, id: &str, stop: CancellationToken) -> Resp
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+/// The answer to a request naming a session that is not open: the client opens a new one.
+fn session_not_found() -> Response {
+    (StatusCode::NOT_FOUND, "Not Found: Session not found\n").into_response()
 }
 
 fn bad_request(why: &str) -> Response {

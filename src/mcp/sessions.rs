@@ -519,7 +519,9 @@ impl SessionRegistry {
             }
         };
         tracing::warn!(resource = %lease.resources().join(", "), state = state_name.as_str(), %reason, "keepalive lease ended");
-        notify_lease_end(told, lease, state_name, &reason).await;
+        if !matches!(told, Listener::None) {
+            notify_lease_end(told, lease, state_name, &reason).await;
+        }
     }
 }
 
@@ -577,7 +579,7 @@ async fn notify_lease_end(
             .await
             .map_err(|error| error.to_string()),
         Listener::Stream(stream) => stream_notice(&stream, message),
-        Listener::None => Ok(()),
+        Listener::None => return,
     };
     if let Err(error) = told {
         tracing::debug!(%error, "could not notify the session that its keepalive lease ended");

@@ -306,9 +306,9 @@ impl Terminal {
 /// kernel closes that end however `run` ends.
 ///
 /// Messages are 8 bytes (native order), each written whole (a pipe write of up to PIPE_BUF
-/// bytes is atomic): the group to watch, written by the command itself before it execs,
-/// then deadlines on CLOCK_MONOTONIC in nanoseconds,
-/// and 0 to stand down once the group is gone. End of file without that 0 kills the group.
+/// bytes is atomic): the group to watch, written by the command itself before it execs, then
+/// deadlines on CLOCK_MONOTONIC in nanoseconds, and 0 to stand down once the group is gone.
+/// End of file without that 0 kills the group.
 struct Guard {
     pipe: OwnedFd,
 }
