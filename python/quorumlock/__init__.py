@@ -377,35 +377,33 @@ class LockRequest:
         self._wait = _seconds("wait", wait)
         self._owner = _label("owner", owner)
         self._purpose = _label("purpose", purpose)
+        # The native acquire's arguments before the bridge, built once.
+        self._request = (
+            kind,
+            names,
+            permits,
+            self._ttl,
+            self._wait,
+            self._owner,
+            self._purpose,
+        )
         # The leases of the blocks running now, by task (async) or thread (sync).
         self._held: Dict[object, List[Any]] = {}
 
     def __repr__(self) -> str:
         return f"<quorumlock.LockRequest {self._kind} {self._names}>"
 
-    def _args(self, bridge: Optional[_native.Bridge]) -> Tuple[Any, ...]:
-        return (
-            self._kind,
-            self._names,
-            self._permits,
-            self._ttl,
-            self._wait,
-            self._owner,
-            self._purpose,
-            bridge,
-        )
-
     def acquire(self) -> Lease:
         """Acquires without a block: the caller must `release()` the lease (dropping it
         releases it too, in the background). The keepalive renews it meanwhile."""
-        return Lease(self._locks._native.acquire(*self._args(None)))
+        return Lease(self._locks._native.acquire(*self._request, None))
 
     async def aacquire(self) -> AsyncLease:
         """`acquire` for async code; `lease.lost` is set if the lease ends, but no task is
         cancelled: the caller watches it."""
-        bridge = _bridge()
-        native = await self._locks._native.acquire(*self._args(bridge))
-        return AsyncLease(native, None, bridge)
+        relay = _EndRelay()
+        native = await self._locks._native.acquire(*self._request, _bridge(), relay)
+        return AsyncLease(native, None, relay)
 
     def _push(self, key: object, lease: Any) -> None:
         self._held.setdefault(key, []).append(lease)
@@ -439,9 +437,9 @@ class LockRequest:
 
     async def __aenter__(self) -> AsyncLease:
         task = asyncio.current_task()
-        bridge = _bridge()
-        native = await self._locks._native.acquire(*self._args(bridge))
-        lease = AsyncLease(native, task, bridge)
+        relay = _EndRelay()
+        native = await self._locks._native.acquire(*self._request, _bridge(), relay)
+        lease = AsyncLease(native, task, relay)
         self._push(("task", id(task)), lease)
         return lease
 
@@ -526,6 +524,32 @@ class Lease:
         return f"<quorumlock.Lease {self.resources} fencing_token={self.fencing_token}>"
 
 
+class _EndRelay:
+    """What the engine calls on the event loop when a lease ends before its release. It is
+    handed to the acquire, so the engine watches the lease from the moment it holds it, and
+    it holds the lease weakly, so that a lease nobody keeps is still dropped (and released).
+    An end that arrives before the lease object exists waits here for it."""
+
+    __slots__ = ("_lease", "_end")
+
+    def __init__(self) -> None:
+        self._lease: Optional["weakref.ref[AsyncLease]"] = None
+        self._end: Optional[Tuple[str, str]] = None
+
+    def follow(self, lease: "AsyncLease") -> None:
+        self._lease = weakref.ref(lease)
+        if self._end is not None:
+            lease._ended(self._end)
+
+    def __call__(self, end: Tuple[str, str]) -> None:
+        if self._lease is None:
+            self._end = end
+            return
+        lease = self._lease()
+        if lease is not None:
+            lease._ended(end)
+
+
 class AsyncLease:
     """A lease held in async code, renewed by the engine's keepalive until released.
 
@@ -537,27 +561,17 @@ class AsyncLease:
         self,
         native: _native.NativeLease,
         task: Optional["asyncio.Task[Any]"],
-        bridge: _native.Bridge,
+        relay: "_EndRelay",
     ) -> None:
         self._native = native
-        self.lost = asyncio.Event()
+        self._lost: Optional[asyncio.Event] = None
         self._end: Optional[Tuple[str, str]] = None
         self._task = task
         # Cancellations the task had before the block: ours is told apart from others'.
         self._cancelling = _cancelling(task)
         self._closing = False
         self._cancelled_for_loss = False
-        # The engine calls back on this loop when the lease ends before its release; the
-        # callback holds the lease weakly, so that a lease nobody keeps is still dropped
-        # (and released).
-        this = weakref.ref(self)
-
-        def ended(end: Tuple[str, str]) -> None:
-            lease = this()
-            if lease is not None:
-                lease._ended(end)
-
-        native.watch_end(bridge, ended)
+        relay.follow(self)
 
     def _ended(self, end: Tuple[str, str]) -> None:
         if self._closing:
@@ -568,6 +582,16 @@ class AsyncLease:
         if task is not None and not task.done():
             self._cancelled_for_loss = True
             task.cancel()
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the lease ends before the block does. Made on first use: most blocks
+        never look at it."""
+        if self._lost is None:
+            self._lost = asyncio.Event()
+            if self._end is not None:
+                self._lost.set()
+        return self._lost
 
     @property
     def resource(self) -> str:

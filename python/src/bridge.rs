@@ -7,7 +7,7 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
@@ -30,7 +30,11 @@ where
 /// What a finished call hands to the event loop: an asyncio future to complete, or a
 /// callback to call with the value.
 pub(crate) enum Target {
-    Future(Py<PyAny>),
+    /// The future, and the canceller it calls if it is cancelled first.
+    Future {
+        future: Py<PyAny>,
+        canceller: Py<Canceller>,
+    },
     Callback(Py<PyAny>),
 }
 
@@ -73,8 +77,9 @@ pub(crate) struct Bridge {
 
 /// Cancels the engine's work when its asyncio future is cancelled.
 #[pyclass(frozen, module = "quorumlock._native")]
-struct Canceller {
-    abort: tokio::task::AbortHandle,
+pub(crate) struct Canceller {
+    /// Set once the call's task is spawned, before the future can be cancelled.
+    abort: OnceLock<tokio::task::AbortHandle>,
 }
 
 #[pymethods]
@@ -83,8 +88,9 @@ impl Canceller {
         if future
             .call_method0(intern!(future.py(), "cancelled"))?
             .is_truthy()?
+            && let Some(abort) = self.abort.get()
         {
-            self.abort.abort();
+            abort.abort();
         }
         Ok(())
     }
@@ -107,30 +113,38 @@ impl Bridge {
             .upgrade()
             .ok_or_else(|| PyRuntimeError::new_err("the event loop is gone"))?;
         let future = event_loop.call_method0(intern!(py, "create_future"))?;
-        let target = Target::Future(future.clone().unbind());
+        let canceller = Py::new(
+            py,
+            Canceller {
+                abort: OnceLock::new(),
+            },
+        )?;
+        let target = Target::Future {
+            future: future.clone().unbind(),
+            canceller: canceller.clone_ref(py),
+        };
         let queue = self.queue.clone();
         let task = runtime()?.spawn(async move {
             let outcome = work.await.map(make);
             queue.complete(Completion { target, outcome });
         });
-        future.call_method1(
-            intern!(py, "add_done_callback"),
-            (Canceller {
-                abort: task.abort_handle(),
-            },),
-        )?;
+        let _ = canceller.get().abort.set(task.abort_handle());
+        future.call_method1(intern!(py, "add_done_callback"), (canceller,))?;
         Ok(future.unbind())
     }
 }
 
 fn hand_over(py: Python<'_>, completion: Completion) -> PyResult<()> {
     match completion.target {
-        Target::Future(future) => {
+        Target::Future { future, canceller } => {
             let future = future.bind(py);
             // Cancelled meanwhile: the value is dropped (a lease in it is released).
             if future.call_method0(intern!(py, "done"))?.is_truthy()? {
                 return Ok(());
             }
+            // The call is over, so nothing is left to cancel; the future's result then wakes
+            // its task with no callback queued before it.
+            future.call_method1(intern!(py, "remove_done_callback"), (canceller,))?;
             match completion
                 .outcome
                 .and_then(|make| make(py).map_err(Failure::Python))

@@ -12,7 +12,7 @@ mod failure;
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use pyo3::IntoPyObjectExt;
@@ -23,7 +23,7 @@ use quorumlock::{
 };
 use serde_json::json;
 
-use bridge::{Bridge, Completion, Target, make};
+use bridge::{Bridge, Completion, Queue, Target, make};
 use failure::{Failure, invalid};
 
 /// How often a sync call that waits looks for a signal (Ctrl-C) to deliver.
@@ -183,8 +183,10 @@ impl NativeLocks {
     }
 
     /// Acquires and starts the keepalive. `kind` is "one" (names[0]), "all" (every name,
-    /// all or nothing) or "permit" (one of `permits` permits of names[0]).
-    #[pyo3(signature = (kind, names, permits, ttl, wait, owner, purpose, bridge))]
+    /// all or nothing) or "permit" (one of `permits` permits of names[0]). With a bridge,
+    /// `on_end(("lost" | "max_hold", why))` is called on its event loop if the lease ends
+    /// before it is released; `stop_watching` (or the release) cancels that.
+    #[pyo3(signature = (kind, names, permits, ttl, wait, owner, purpose, bridge, on_end=None))]
     #[allow(clippy::too_many_arguments)]
     fn acquire(
         &self,
@@ -197,9 +199,16 @@ impl NativeLocks {
         owner: Option<String>,
         purpose: Option<String>,
         bridge: Option<Bound<'_, Bridge>>,
+        on_end: Option<Py<PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let locks = self.locks.clone();
         let kind = kind.to_string();
+        // The watch starts on the runtime as soon as the lease is held: a second call from
+        // the event loop's thread would cost one more wake of the runtime.
+        let watch = bridge
+            .as_ref()
+            .zip(on_end)
+            .map(|(bridge, callback)| (bridge.get().queue.clone(), callback));
         let work = async move {
             let options = AcquireOptions {
                 ttl: match ttl {
@@ -229,13 +238,16 @@ impl NativeLocks {
                 }
             };
             let kept = lease.keepalive();
+            let watcher = watch.map(|(queue, callback)| {
+                tokio::spawn(tell_end(kept.lost_signal(), queue, callback)).abort_handle()
+            });
             Ok(NativeLease {
                 resources: kept.resources().to_vec(),
                 token: kept.token().to_string(),
                 fencing_token: kept.fencing_token(),
                 ttl: kept.ttl(),
                 kept: Mutex::new(Some(kept)),
-                watcher: Mutex::new(None),
+                watcher: Mutex::new(watcher),
             })
         };
         run(py, bridge.as_ref(), work)
@@ -334,7 +346,7 @@ struct NativeLease {
     fencing_token: u64,
     ttl: Duration,
     kept: Mutex<Option<KeptLease>>,
-    /// The task `watch_end` started.
+    /// The task that tells the event loop of the lease's end (see `acquire`).
     watcher: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
@@ -424,30 +436,7 @@ impl NativeLease {
         })
     }
 
-    /// Calls `callback(("lost" | "max_hold", why))` on the bridge's event loop if the lease
-    /// ends before it is released; `stop_watching` (or the release) cancels that.
-    fn watch_end(&self, bridge: &Bound<'_, Bridge>, callback: Py<PyAny>) -> PyResult<()> {
-        let Some(signal) = self.with_kept(|kept| kept.map(KeptLease::lost_signal)) else {
-            return Ok(());
-        };
-        let queue = bridge.get().queue.clone();
-        let task = runtime()?.spawn(async move {
-            let end = signal.await;
-            // Released by its holder (or dropped): nobody needs telling.
-            if end != LeaseEnd::Released {
-                queue.complete(Completion {
-                    target: Target::Callback(callback),
-                    outcome: Ok(make(end_tuple(&end))),
-                });
-            }
-        });
-        if let Some(previous) = self.watcher().replace(task.abort_handle()) {
-            previous.abort();
-        }
-        Ok(())
-    }
-
-    /// Stops the watch `watch_end` started.
+    /// Stops telling the event loop of the lease's end.
     fn stop_watching(&self) {
         if let Some(handle) = self.watcher().take() {
             handle.abort();
@@ -467,6 +456,19 @@ impl NativeLease {
                 None => Ok(false),
             }
         })
+    }
+}
+
+/// Calls `callback(("lost" | "max_hold", why))` on the event loop of `queue` once the lease
+/// ends, unless its holder released it.
+async fn tell_end(signal: impl Future<Output = LeaseEnd>, queue: Arc<Queue>, callback: Py<PyAny>) {
+    let end = signal.await;
+    // Released by its holder (or dropped): nobody needs telling.
+    if end != LeaseEnd::Released {
+        queue.complete(Completion {
+            target: Target::Callback(callback),
+            outcome: Ok(make(end_tuple(&end))),
+        });
     }
 }
 
