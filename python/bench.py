@@ -6,17 +6,20 @@ itself (called from Rust inside the package's native module, no Python in the lo
     quorumlock lab up
     python python/bench.py --config .quorumlock/lab/quorumlock.toml
 
-Each round runs, for each library in turn (the order rotates between rounds; TTL 10 s):
+Each round (TTL 10 s) first times sequential acquires: acquire one resource, release it,
+--samples times per library; only the acquire is timed (for quorumlock, entering
+`async with`, which starts the keepalive). The Rust engine is timed beside them in the same
+process on the same connection: a bare acquire, and an acquire that starts the keepalive,
+which is what `async with` waits for. The samples are taken in blocks of 50, each library
+in turn, the order rotating from block to block: a shared machine's speed drifts by a
+fifth within seconds, and blocks taken in turn meet the same drift.
 
-1. sequential acquire latency: acquire one resource, release it, --samples times; only the
-   acquire is timed (for quorumlock, entering `async with`, which starts the keepalive);
-2. lock+release cycles/s with 64 asyncio tasks, each on its own resource, for --secs;
-3. contention for --secs: 16 tasks, one resource, 1 ms hold, each waiting as the library
+Then, for each library in turn (the order rotates between rounds):
+
+1. lock+release cycles/s with 64 asyncio tasks, each on its own resource, for --secs;
+2. contention for --secs: 16 tasks, one resource, 1 ms hold, each waiting as the library
    waits (quorumlock: `wait`, woken by the release; pottery: retries every 0-200 ms;
    redis-py: retries every 100 ms). Holds that overlap are counted.
-
-After them the Rust engine is timed in the same process on the same connection: a bare
-acquire, and an acquire that starts the keepalive, which is what `async with` waits for.
 
 Every figure is the median over the rounds. The masters for pottery and redis-py are the
 ones quorumlock's health names (redis-py's Lock uses the first group's).
@@ -50,6 +53,10 @@ ENGINE_KEPT = "Rust engine + keepalive"
 C64 = 64
 CONTENDERS = 16
 HOLD = 0.001
+# Sequential acquires per library before the next library's turn.
+BLOCK = 50
+# Seconds of quiet before each block.
+SETTLE = 0.02
 
 
 class Peer:
@@ -209,32 +216,58 @@ async def contention(peer: Peer, resource: str, secs: float) -> Dict[str, float]
     }
 
 
+def tag(round_: int, peer: Peer) -> str:
+    return f"bench:{round_}:{type(peer).__name__.lower()}"
+
+
+async def latencies(
+    peers: List[Peer], locks: quorumlock.Locks, round_: int, samples: int
+) -> Dict[str, List[float]]:
+    """Every library's sequential acquires, and the engine's, BLOCK at a time in turn. The
+    turn's order rotates from block to block, so each follows each as often: the first
+    acquires after another library's turn run on cold caches."""
+
+    def engine(keepalive: bool) -> Callable[[int], Awaitable[List[float]]]:
+        # The engine alone: a bare acquire, or one that starts the keepalive, as the
+        # package's `async with` does.
+        async def run(count: int) -> List[float]:
+            return _native._engine_acquire_micros(
+                locks._native, f"bench:{round_}:engine:seq", count, TTL, keepalive
+            )
+
+        return run
+
+    def library(peer: Peer) -> Callable[[int], Awaitable[List[float]]]:
+        return lambda count: latency(peer, f"{tag(round_, peer)}:seq", count)
+
+    turns = [(peer.name, library(peer)) for peer in peers]
+    turns += [(ENGINE, engine(False)), (ENGINE_KEPT, engine(True))]
+    micros: Dict[str, List[float]] = {name: [] for name, _ in turns}
+    for block, start in enumerate(range(0, samples, BLOCK)):
+        count = min(BLOCK, samples - start)
+        shift = block % len(turns)
+        for name, timed in turns[shift:] + turns[:shift]:
+            # The previous turn's releases finish, and its threads settle, before this turn.
+            await asyncio.sleep(SETTLE)
+            micros[name] += await timed(count)
+    return micros
+
+
 async def one_round(
     peers: List[Peer], locks: quorumlock.Locks, round_: int, samples: int, secs: float
 ) -> Dict[str, Dict[str, float]]:
-    results: Dict[str, Dict[str, float]] = {}
-    shift = round_ % len(peers)
-    for peer in peers[shift:] + peers[:shift]:
-        tag = f"bench:{round_}:{type(peer).__name__.lower()}"
-        micros = await latency(peer, f"{tag}:seq", samples)
-        rate = await cycles(peer, f"{tag}:c64", C64, secs)
-        contended = await contention(peer, f"{tag}:contend", secs)
-        results[peer.name] = {
+    results: Dict[str, Dict[str, float]] = {
+        name: {
             "acquire_p50_us": statistics.median(micros),
             "acquire_p99_us": percentile(micros, 0.99),
-            "cycles_per_s_c64": rate,
-            **contended,
         }
-    # The engine alone, on the same connection, in the same process: a bare acquire, and an
-    # acquire that starts the keepalive, as the package's `async with` does.
-    for name, keepalive in [(ENGINE, False), (ENGINE_KEPT, True)]:
-        engine = _native._engine_acquire_micros(
-            locks._native, f"bench:{round_}:engine:seq", samples, TTL, keepalive
-        )
-        results[name] = {
-            "acquire_p50_us": statistics.median(engine),
-            "acquire_p99_us": percentile(engine, 0.99),
-        }
+        for name, micros in (await latencies(peers, locks, round_, samples)).items()
+    }
+    shift = round_ % len(peers)
+    for peer in peers[shift:] + peers[:shift]:
+        rate = await cycles(peer, f"{tag(round_, peer)}:c64", C64, secs)
+        contended = await contention(peer, f"{tag(round_, peer)}:contend", secs)
+        results[peer.name].update({"cycles_per_s_c64": rate, **contended})
     return results
 
 
