@@ -224,8 +224,9 @@ async def latencies(
     peers: List[Peer], locks: quorumlock.Locks, round_: int, samples: int
 ) -> Dict[str, List[float]]:
     """Every library's sequential acquires, and the engine's, BLOCK at a time in turn. The
-    turn's order rotates from block to block, so each follows each as often: the first
-    acquires after another library's turn run on cold caches."""
+    order rotates from block to block, so each takes each place in it as often, and each
+    block starts after SETTLE of quiet, so none inherits the work or the warm threads the
+    previous turn left."""
 
     def engine(keepalive: bool) -> Callable[[int], Awaitable[List[float]]]:
         # The engine alone: a bare acquire, or one that starts the keepalive, as the

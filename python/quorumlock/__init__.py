@@ -372,20 +372,15 @@ class LockRequest:
         self._locks = locks
         self._kind = kind
         self._names = names
-        self._permits = permits
-        self._ttl = None if ttl is None else _seconds("ttl", ttl)
-        self._wait = _seconds("wait", wait)
-        self._owner = _label("owner", owner)
-        self._purpose = _label("purpose", purpose)
-        # The native acquire's arguments before the bridge, built once.
+        # The native acquire's arguments before the bridge, checked and built once.
         self._request = (
             kind,
             names,
             permits,
-            self._ttl,
-            self._wait,
-            self._owner,
-            self._purpose,
+            None if ttl is None else _seconds("ttl", ttl),
+            _seconds("wait", wait),
+            _label("owner", owner),
+            _label("purpose", purpose),
         )
         # The leases of the blocks running now, by task (async) or thread (sync).
         self._held: Dict[object, List[Any]] = {}
@@ -401,9 +396,13 @@ class LockRequest:
     async def aacquire(self) -> AsyncLease:
         """`acquire` for async code; `lease.lost` is set if the lease ends, but no task is
         cancelled: the caller watches it."""
+        return await self._acquire_for(None)
+
+    async def _acquire_for(self, task: Optional["asyncio.Task[Any]"]) -> AsyncLease:
+        """An async lease whose end cancels `task` (none: nothing is cancelled)."""
         relay = _EndRelay()
         native = await self._locks._native.acquire(*self._request, _bridge(), relay)
-        return AsyncLease(native, None, relay)
+        return AsyncLease(native, task, relay)
 
     def _push(self, key: object, lease: Any) -> None:
         self._held.setdefault(key, []).append(lease)
@@ -437,9 +436,7 @@ class LockRequest:
 
     async def __aenter__(self) -> AsyncLease:
         task = asyncio.current_task()
-        relay = _EndRelay()
-        native = await self._locks._native.acquire(*self._request, _bridge(), relay)
-        lease = AsyncLease(native, task, relay)
+        lease = await self._acquire_for(task)
         self._push(("task", id(task)), lease)
         return lease
 
@@ -564,7 +561,11 @@ class AsyncLease:
         relay: "_EndRelay",
     ) -> None:
         self._native = native
+        # Made on first use, since most blocks never look at it; on Python 3.9 an Event
+        # takes the loop current where it is made, so it is made here, on the loop.
         self._lost: Optional[asyncio.Event] = None
+        if sys.version_info < (3, 10):
+            self._lost = asyncio.Event()
         self._end: Optional[Tuple[str, str]] = None
         self._task = task
         # Cancellations the task had before the block: ours is told apart from others'.
@@ -577,7 +578,8 @@ class AsyncLease:
         if self._closing:
             return
         self._end = end
-        self.lost.set()
+        if self._lost is not None:
+            self._lost.set()
         task = self._task
         if task is not None and not task.done():
             self._cancelled_for_loss = True
@@ -585,8 +587,7 @@ class AsyncLease:
 
     @property
     def lost(self) -> asyncio.Event:
-        """Set when the lease ends before the block does. Made on first use: most blocks
-        never look at it."""
+        """Set when the lease ends before the block does."""
         if self._lost is None:
             self._lost = asyncio.Event()
             if self._end is not None:
